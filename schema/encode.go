@@ -1,0 +1,251 @@
+package schema
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// The batch encoding is the payload of a WAL record; it is wire format.
+//
+//	batch  := uvarint(rows) uvarint(cols) id* column*
+//	id     := uvarint(len) bytes
+//	column := type:u8 nulls:u8 [bitmap] values
+//	values := string/json: (uvarint(len) bytes)*   one per row, "" for null
+//	          int64/float64: 8 bytes little-endian per row, 0 for null
+//	          bool: bitmap
+//	bitmap := ceil(rows/8) bytes, bit i%8 of byte i/8 set for row i
+//
+// A decoder checks every length against what remains and the column types
+// against the schema, so bytes that passed a CRC but were written for
+// another schema are refused rather than misread.
+
+// ErrBadEncoding marks a payload that does not decode as a batch.
+var ErrBadEncoding = errors.New("schema: bad batch encoding")
+
+// Encode appends the batch's encoding to dst.
+func (b *Batch) Encode(dst []byte) []byte {
+	n := b.Len()
+	dst = binary.AppendUvarint(dst, uint64(n))
+	dst = binary.AppendUvarint(dst, uint64(len(b.Cols)))
+	for _, id := range b.IDs {
+		dst = appendString(dst, id)
+	}
+	for i := range b.Cols {
+		dst = b.Cols[i].encode(dst, n)
+	}
+	return dst
+}
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+func appendBitmap(dst []byte, bits []bool, n int) []byte {
+	start := len(dst)
+	dst = append(dst, make([]byte, (n+7)/8)...)
+	for i, set := range bits[:n] {
+		if set {
+			dst[start+i/8] |= 1 << (i % 8)
+		}
+	}
+	return dst
+}
+
+func (v *Vector) encode(dst []byte, n int) []byte {
+	dst = append(dst, byte(v.Type))
+	if v.Nulls == nil {
+		dst = append(dst, 0)
+	} else {
+		dst = append(dst, 1)
+		dst = appendBitmap(dst, v.Nulls, n)
+	}
+	switch v.Type {
+	case String, JSON:
+		for _, s := range v.Str[:n] {
+			dst = appendString(dst, s)
+		}
+	case Int64:
+		for _, x := range v.I64[:n] {
+			dst = binary.LittleEndian.AppendUint64(dst, uint64(x))
+		}
+	case Float64:
+		for _, x := range v.F64[:n] {
+			dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(x))
+		}
+	case Bool:
+		dst = appendBitmap(dst, v.Bool, n)
+	}
+	return dst
+}
+
+type decoder struct {
+	buf []byte
+	err error
+}
+
+func (d *decoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s", ErrBadEncoding, fmt.Sprintf(format, args...))
+	}
+}
+
+func (d *decoder) uvarint(what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	x, n := binary.Uvarint(d.buf)
+	if n <= 0 {
+		d.fail("truncated %s", what)
+		return 0
+	}
+	d.buf = d.buf[n:]
+	return x
+}
+
+func (d *decoder) bytes(n uint64, what string) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.buf)) {
+		d.fail("%s of %d bytes overruns the payload (%d left)", what, n, len(d.buf))
+		return nil
+	}
+	b := d.buf[:n]
+	d.buf = d.buf[n:]
+	return b
+}
+
+func (d *decoder) str(what string) string { return string(d.bytes(d.uvarint(what), what)) }
+
+func (d *decoder) bitmap(n int, what string) []bool {
+	raw := d.bytes(uint64((n+7)/8), what)
+	if raw == nil {
+		return nil
+	}
+	bits := make([]bool, n)
+	for i := range bits {
+		bits[i] = raw[i/8]&(1<<(i%8)) != 0
+	}
+	return bits
+}
+
+// Decode parses a payload written by Encode for this schema.
+func (s *Schema) Decode(data []byte) (*Batch, error) {
+	d := &decoder{buf: data}
+	rows := d.uvarint("row count")
+	cols := d.uvarint("column count")
+	if d.err != nil {
+		return nil, d.err
+	}
+	// Each row needs at least one byte for its id length: a count beyond the
+	// payload is corrupt, and refusing it bounds the allocation below.
+	if rows > uint64(len(d.buf)) {
+		return nil, fmt.Errorf("%w: %d rows cannot fit in %d bytes", ErrBadEncoding, rows, len(d.buf))
+	}
+	if cols != uint64(len(s.Columns)) {
+		return nil, fmt.Errorf("%w: %d columns, the schema has %d", ErrBadEncoding, cols, len(s.Columns))
+	}
+	n := int(rows)
+	b := s.NewBatch(n)
+	for i := 0; i < n && d.err == nil; i++ {
+		b.IDs = append(b.IDs, d.str("id"))
+	}
+	for c := range s.Columns {
+		d.vector(&b.Cols[c], n, s.Columns[c])
+	}
+	if d.err == nil && len(d.buf) != 0 {
+		d.fail("%d trailing bytes", len(d.buf))
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return b, nil
+}
+
+func (d *decoder) vector(v *Vector, n int, col Column) {
+	hdr := d.bytes(2, "column header")
+	if hdr == nil {
+		return
+	}
+	if Type(hdr[0]) != col.Type {
+		d.fail("column %q has type %s, the schema says %s", col.Name, Type(hdr[0]), col.Type)
+		return
+	}
+	switch hdr[1] {
+	case 0:
+	case 1:
+		if !col.Nullable {
+			d.fail("column %q has nulls but is not nullable", col.Name)
+			return
+		}
+		v.Nulls = d.bitmap(n, "null bitmap")
+	default:
+		d.fail("column %q: bad null flag %d", col.Name, hdr[1])
+		return
+	}
+	switch col.Type {
+	case String, JSON:
+		for i := 0; i < n && d.err == nil; i++ {
+			v.Str = append(v.Str, d.str("string value"))
+		}
+	case Int64:
+		raw := d.bytes(uint64(n)*8, "int64 values")
+		for i := 0; raw != nil && i < n; i++ {
+			v.I64 = append(v.I64, int64(binary.LittleEndian.Uint64(raw[i*8:])))
+		}
+	case Float64:
+		raw := d.bytes(uint64(n)*8, "float64 values")
+		for i := 0; raw != nil && i < n; i++ {
+			v.F64 = append(v.F64, math.Float64frombits(binary.LittleEndian.Uint64(raw[i*8:])))
+		}
+	case Bool:
+		v.Bool = d.bitmap(n, "bool values")
+	}
+}
+
+// Value returns row i of column c as a Go value (nil for null): string,
+// int64, float64 or bool. JSON columns return their text as a string.
+func (b *Batch) Value(c, i int) any {
+	v := &b.Cols[c]
+	if v.IsNull(i) {
+		return nil
+	}
+	switch v.Type {
+	case String, JSON:
+		return v.Str[i]
+	case Int64:
+		return v.I64[i]
+	case Float64:
+		return v.F64[i]
+	case Bool:
+		return v.Bool[i]
+	}
+	return nil
+}
+
+// AppendRow copies row i of src (same schema) to the end of b.
+func (b *Batch) AppendRow(src *Batch, i int) {
+	b.IDs = append(b.IDs, src.IDs[i])
+	for c := range b.Cols {
+		b.Cols[c].push(b.Len()-1, src.Value(c, i))
+	}
+}
+
+// Size estimates the bytes the rows occupy in memory, for budgets.
+func (b *Batch) Size() int64 {
+	var n int64
+	for _, id := range b.IDs {
+		n += int64(len(id)) + 16
+	}
+	for c := range b.Cols {
+		v := &b.Cols[c]
+		for _, s := range v.Str {
+			n += int64(len(s)) + 16
+		}
+		n += int64(len(v.I64)*8 + len(v.F64)*8 + len(v.Bool) + len(v.Nulls))
+	}
+	return n
+}

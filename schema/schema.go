@@ -1,0 +1,165 @@
+// Package schema describes a table's columns and turns producer rows into
+// validated, columnar batches.
+//
+// Every row has an "id" (non-empty UTF-8, at most MaxIDBytes, unique per table
+// by contract) and the table's own columns. The writer adds two system
+// columns, _seq and _epoch, when it stores a row; producers never send them.
+//
+// A Batch is the one in-memory form of rows after validation: the WAL stores
+// its encoding (see encode.go), the memtable appends its columns, and a
+// generation file is written from them. Validation happens once, for a whole
+// batch, before anything of it is written.
+package schema
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// MaxIDBytes bounds the length of a row id.
+const MaxIDBytes = 1024
+
+// Names of the columns every stored row carries.
+const (
+	IDColumn    = "id"
+	SeqColumn   = "_seq"
+	EpochColumn = "_epoch"
+)
+
+// Type is a column's logical type. Its numeric values are wire format (they
+// appear in WAL records and fingerprints): never renumber.
+type Type uint8
+
+// Column types.
+const (
+	String  Type = 1 // UTF-8 text
+	Int64   Type = 2
+	Float64 Type = 3
+	Bool    Type = 4
+	JSON    Type = 5 // UTF-8 text holding one valid JSON value
+)
+
+var typeNames = map[Type]string{String: "string", Int64: "int64", Float64: "float64", Bool: "bool", JSON: "json"}
+
+func (t Type) String() string {
+	if n, ok := typeNames[t]; ok {
+		return n
+	}
+	return fmt.Sprintf("type(%d)", uint8(t))
+}
+
+// ParseType parses a type name as written in configuration.
+func ParseType(name string) (Type, error) {
+	for t, n := range typeNames {
+		if n == name {
+			return t, nil
+		}
+	}
+	return 0, fmt.Errorf("schema: unknown column type %q (want string, int64, float64, bool or json)", name)
+}
+
+// MarshalText writes the type's name (for YAML and JSON configuration).
+func (t Type) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
+
+// UnmarshalText parses a type's name.
+func (t *Type) UnmarshalText(b []byte) error {
+	v, err := ParseType(string(b))
+	if err != nil {
+		return err
+	}
+	*t = v
+	return nil
+}
+
+// Column is one user column of a table.
+type Column struct {
+	Name     string `json:"name" yaml:"name"`
+	Type     Type   `json:"type" yaml:"type"`
+	Nullable bool   `json:"nullable,omitempty" yaml:"nullable"`
+}
+
+// Schema is a table's user columns, in order. The id column is implicit and
+// always first; _seq and _epoch are implicit and always last.
+type Schema struct {
+	Columns []Column `json:"columns" yaml:"columns"`
+
+	index map[string]int
+}
+
+// Rollout is the default schema: an RL rollout.
+func Rollout() *Schema {
+	s, err := New([]Column{
+		{Name: "prompt", Type: String},
+		{Name: "completion", Type: String},
+		{Name: "reward", Type: Float64, Nullable: true},
+		{Name: "metadata", Type: JSON, Nullable: true},
+	})
+	if err != nil {
+		panic(err) // a constant schema that does not validate is a programming error
+	}
+	return s
+}
+
+var columnName = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,127}$`)
+
+// New validates columns and returns a schema over them.
+func New(cols []Column) (*Schema, error) {
+	s := &Schema{Columns: append([]Column(nil), cols...)}
+	if err := s.init(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Schema) init() error {
+	if len(s.Columns) == 0 {
+		return fmt.Errorf("schema: no columns (a table needs at least one column besides id)")
+	}
+	s.index = make(map[string]int, len(s.Columns))
+	for i, c := range s.Columns {
+		switch {
+		case !columnName.MatchString(c.Name):
+			return fmt.Errorf("schema: column %d: invalid name %q (letters, digits and _, starting with a letter, at most 128)", i, c.Name)
+		case c.Name == IDColumn:
+			return fmt.Errorf("schema: column %d: %q is implicit and must not be declared", i, c.Name)
+		case typeNames[c.Type] == "":
+			return fmt.Errorf("schema: column %q: unknown type %d", c.Name, c.Type)
+		}
+		if _, dup := s.index[c.Name]; dup {
+			return fmt.Errorf("schema: column %q declared twice", c.Name)
+		}
+		s.index[c.Name] = i
+	}
+	return nil
+}
+
+// Validate checks a schema that was filled in by a decoder (YAML, JSON).
+func (s *Schema) Validate() error { return s.init() }
+
+// Index returns the position of a user column, or -1.
+func (s *Schema) Index(name string) int {
+	if s.index == nil {
+		if err := s.init(); err != nil {
+			return -1
+		}
+	}
+	i, ok := s.index[name]
+	if !ok {
+		return -1
+	}
+	return i
+}
+
+// Fingerprint is a stable hash of the columns, their types and nullability.
+// Two schemas with the same fingerprint store rows identically.
+func (s *Schema) Fingerprint() string {
+	var b strings.Builder
+	for _, c := range s.Columns {
+		fmt.Fprintf(&b, "%s:%d:%t;", c.Name, c.Type, c.Nullable)
+	}
+	sum := sha256.Sum256([]byte(b.String()))
+	return hex.EncodeToString(sum[:8])
+}
