@@ -1,0 +1,126 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/rollwal/rollwal/memtable"
+	"github.com/rollwal/rollwal/schema"
+)
+
+// Source names an upstream position that an append covers, for snapshot
+// offsets. The zero Source means none.
+type Source struct {
+	Name   string
+	Offset int64
+}
+
+// Result describes an acknowledged append.
+type Result struct {
+	// Stored is the number of rows newly stored.
+	Stored int
+	// Duplicates is the number of rows acknowledged without being stored
+	// again, because their id was already in the shard's memtables or
+	// repeated within the batch.
+	Duplicates int
+	// FirstSeq and LastSeq are the WAL positions (_seq) of the stored rows;
+	// both 0 when nothing was stored.
+	FirstSeq, LastSeq uint64
+	// Generation is the generation the rows went into.
+	Generation uint64
+}
+
+// Append validates rows against the table schema and appends them. It
+// returns once they are durable in the WAL. A bad row rejects the whole
+// batch with a *schema.RowError and nothing of it is written.
+func (s *Shard) Append(ctx context.Context, rows []schema.Row, src Source) (Result, error) {
+	if len(rows) > s.opts.MaxBatchRows {
+		return Result{}, fmt.Errorf("%w: %d rows, the limit is %d", ErrBatchTooLarge, len(rows), s.opts.MaxBatchRows)
+	}
+	b, err := s.opts.Schema.Build(rows)
+	if err != nil {
+		return Result{}, err
+	}
+	return s.AppendBatch(ctx, b, src)
+}
+
+// AppendBatch appends a batch that was built against the table's schema.
+func (s *Shard) AppendBatch(ctx context.Context, b *schema.Batch, src Source) (Result, error) {
+	res, err := s.appendBatch(ctx, b, src)
+	if err != nil {
+		s.metrics.appendErrors.WithLabelValues(s.name).Inc()
+		return Result{}, err
+	}
+	s.metrics.rows.WithLabelValues(s.name).Add(float64(res.Stored))
+	s.metrics.duplicates.WithLabelValues(s.name).Add(float64(res.Duplicates))
+	return res, nil
+}
+
+func (s *Shard) appendBatch(ctx context.Context, b *schema.Batch, src Source) (Result, error) {
+	if b.Schema.Fingerprint() != s.opts.Schema.Fingerprint() {
+		return Result{}, fmt.Errorf("engine: shard %s: batch built for another schema", s.name)
+	}
+	if b.Len() > s.opts.MaxBatchRows {
+		return Result{}, fmt.Errorf("%w: %d rows, the limit is %d", ErrBatchTooLarge, b.Len(), s.opts.MaxBatchRows)
+	}
+	if err := s.err(); err != nil {
+		return Result{}, err
+	}
+	// Reserve memory before taking the lock: waiting for budget under the
+	// lock would block the flusher that frees it.
+	reserved := memtable.EstimateBytes(b)
+	if err := s.acquire(ctx, reserved); err != nil {
+		return Result{}, err
+	}
+	res, syncTo, used, err := s.write(b, src)
+	s.budget.Release(reserved - used)
+	if err != nil {
+		return Result{}, err
+	}
+	if s.set.Active().Bytes() >= s.opts.FlushBytes {
+		s.requestFlush()
+	}
+	if err := s.w.SyncTo(syncTo); err != nil {
+		s.stop(err)
+		return Result{}, fmt.Errorf("engine: shard %s: %w", s.name, err)
+	}
+	return res, nil
+}
+
+func (s *Shard) acquire(ctx context.Context, n int64) error {
+	if s.opts.BudgetWait <= 0 {
+		return s.budget.Acquire(ctx, n, false)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.BudgetWait)
+	defer cancel()
+	return s.budget.Acquire(ctx, n, true)
+}
+
+// write runs the ordered section: deduplicate, assign positions, write the
+// WAL record, insert. It returns the position the caller must sync to and
+// the budget bytes the memtable now holds.
+func (s *Shard) write(b *schema.Batch, src Source) (Result, uint64, int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.err(); err != nil {
+		return Result{}, 0, 0, err
+	}
+	fresh, dups := s.set.Filter(b)
+	res := Result{Duplicates: dups, Generation: s.set.Active().Generation()}
+	if fresh.Len() == 0 {
+		// All duplicates: the rows are already held, but the upstream
+		// offset still advances with the next committed generation.
+		s.set.Insert(fresh, 0, s.claim.Epoch, src.Name, src.Offset)
+		return res, s.lastPos, 0, nil
+	}
+	first, err := s.w.Append(res.Generation, uint32(fresh.Len()), fresh.Encode(nil))
+	if err != nil {
+		s.stop(err)
+		return Result{}, 0, 0, fmt.Errorf("engine: shard %s: %w", s.name, err)
+	}
+	s.set.Insert(fresh, first, s.claim.Epoch, src.Name, src.Offset)
+	s.lastPos = first + uint64(fresh.Len()) - 1
+	res.Stored, res.FirstSeq, res.LastSeq = fresh.Len(), first, s.lastPos
+	s.metrics.memtableBytes.WithLabelValues(s.name).Set(float64(s.set.Bytes()))
+	return res, s.lastPos, memtable.EstimateBytes(fresh), nil
+}

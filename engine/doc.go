@@ -1,0 +1,37 @@
+// Package engine is the shard writer: claim → replay → append → flush →
+// commit → close, and a Host that serves many shards of one table.
+//
+// # Lifecycle of a shard
+//
+//	Open:   grant a lease, claim the next writer epoch in etcd (one
+//	        transaction; its revision is the fencing token), open the WAL
+//	        for that epoch, record the inherited WAL tail, and replay the
+//	        exact range (replay_cursor, tail] into the current generation.
+//	Append: validate the whole batch, drop ids already in the shard's
+//	        memtables, write one WAL record tagged (epoch, generation),
+//	        insert into the active memtable, and return once the record is
+//	        covered by a group fsync.
+//	Flush:  seal the active memtable (generation g; new records are tagged
+//	        g+1), write generation g as a Parquet file under a name unique
+//	        to the attempt, then commit the shard manifest (g added,
+//	        current_generation = g+1, replay_cursor = g's last position)
+//	        with a transaction guarded by the owner key's ModRevision.
+//	        Generations commit strictly in order.
+//	Close:  stop intake, flush (optional), sync and close the WAL, release
+//	        the owner key and the lease so a successor can claim at once.
+//
+// # Failure policy
+//
+// A failed WAL write or fsync stops the shard for good (fail-stop): it never
+// retries an fsync and never acknowledges what it could not sync. A guarded
+// metadata write that fails its guard fences the shard (ErrFenced): nothing
+// more is committed and appends are refused. A failed flush keeps the sealed
+// memtable and is retried, oldest generation first.
+//
+// # Concurrency
+//
+// Append is safe for concurrent use; appenders of one shard are serialized
+// only for the short section that assigns WAL positions and inserts into the
+// memtable, and then share fsyncs (group commit). One flusher goroutine per
+// shard seals and commits generations.
+package engine

@@ -1,0 +1,28 @@
+package engine
+
+import (
+	"errors"
+
+	"github.com/rollwal/rollwal/memtable"
+	"github.com/rollwal/rollwal/shardmeta"
+	"github.com/rollwal/rollwal/wal"
+)
+
+// Error categories, checked with errors.Is.
+var (
+	// ErrFenced: this writer lost the shard's epoch; it commits nothing
+	// more and refuses appends. Never retried with the same token.
+	ErrFenced = shardmeta.ErrFenced
+	// ErrBackpressure: the memtable memory budget is exhausted; retry later.
+	ErrBackpressure = memtable.ErrBackpressure
+	// ErrStopped: the shard stopped after a WAL write or fsync failed
+	// (fail-stop); acknowledged rows are safe, nothing more is accepted.
+	ErrStopped = wal.ErrFailed
+	// ErrClosed: the shard was closed.
+	ErrClosed = errors.New("engine: shard closed")
+	// ErrBatchTooLarge: an append carries more rows than MaxBatchRows.
+	ErrBatchTooLarge = errors.New("engine: batch too large")
+	// ErrReplay: the WAL holds something replay must not accept (an epoch
+	// above the claimed one, overlapping positions).
+	ErrReplay = errors.New("engine: replay refused")
+)

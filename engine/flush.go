@@ -1,0 +1,256 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rollwal/rollwal/generation"
+	"github.com/rollwal/rollwal/memtable"
+	"github.com/rollwal/rollwal/shardmeta"
+)
+
+// Flush seals the active memtable and commits it, with every older sealed
+// memtable, as generations in order. It returns the number of the last
+// committed generation (0 if the shard has committed none).
+func (s *Shard) Flush(ctx context.Context) (uint64, error) {
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	if err := s.err(); err != nil {
+		return 0, err
+	}
+	if err := s.flushOnce(ctx); err != nil {
+		return 0, err
+	}
+	return s.lastCommitted(), nil
+}
+
+func (s *Shard) lastCommitted() uint64 {
+	if n := len(s.manifest.Flushed); n > 0 {
+		return s.manifest.Flushed[n-1].Number
+	}
+	return 0
+}
+
+// flushOnce seals the active memtable if it holds rows, then commits every
+// sealed memtable oldest first. The caller holds flushMu.
+func (s *Shard) flushOnce(ctx context.Context) error {
+	s.mu.Lock()
+	if s.set.Active().Len() > 0 {
+		s.set.Rotate()
+	}
+	s.mu.Unlock()
+	for {
+		m := s.set.Oldest()
+		if m == nil {
+			return nil
+		}
+		if err := s.commitGeneration(ctx, m); err != nil {
+			return err
+		}
+	}
+}
+
+// commitGeneration writes sealed memtable m as a generation file and
+// commits it to the manifest. On success the memtable is released.
+func (s *Shard) commitGeneration(ctx context.Context, m *memtable.Memtable) error {
+	start := time.Now()
+	if m.Len() == 0 {
+		return s.set.Release(m.Generation())
+	}
+	// Never commit rows the WAL has not made durable: a row in a committed
+	// generation must be one the WAL could replay.
+	_, last := m.SeqRange()
+	if err := s.w.SyncTo(s.maxSeq(m, last)); err != nil {
+		s.stop(err)
+		return err
+	}
+	f, err := s.writeGeneration(ctx, m)
+	if err != nil {
+		s.metrics.flushFailures.WithLabelValues(s.name).Inc()
+		return fmt.Errorf("engine: shard %s: flush generation %d: %w", s.name, m.Generation(), err)
+	}
+	next := s.nextManifest(m, f)
+	if err := s.store.Commit(ctx, s.claim, next); err != nil {
+		if errors.Is(err, shardmeta.ErrFenced) {
+			s.stop(fmt.Errorf("engine: shard %s: %w", s.name, err))
+		}
+		s.metrics.flushFailures.WithLabelValues(s.name).Inc()
+		return fmt.Errorf("engine: shard %s: commit generation %d: %w", s.name, m.Generation(), err)
+	}
+	s.manifest = next
+	if err := s.set.Release(m.Generation()); err != nil {
+		return err
+	}
+	s.afterCommit(f, time.Since(start))
+	return nil
+}
+
+// maxSeq is the highest position m holds; replayed rows may be out of
+// order, so the range's end is checked against every row.
+func (s *Shard) maxSeq(m *memtable.Memtable, last uint64) uint64 {
+	for _, q := range m.Seqs() {
+		last = max(last, q)
+	}
+	return last
+}
+
+func (s *Shard) writeGeneration(ctx context.Context, m *memtable.Memtable) (generation.File, error) {
+	first, last := m.SeqRange()
+	meta := generation.Meta{
+		FormatVersion: generation.FormatVersion, Table: s.opts.Table, Shard: s.name,
+		Generation: m.Generation(), Epoch: s.claim.Epoch, SeqFirst: first, SeqLast: s.maxSeq(m, last),
+		Rows: int64(m.Len()), SchemaFingerprint: s.opts.Schema.Fingerprint(),
+		CreatedUnixNano: s.opts.Now().UnixNano(),
+	}
+	opts := generation.Options{FS: s.opts.FS, Codec: s.opts.Codec, Logger: s.log}
+	return generation.Write(ctx, opts, s.genDir, s.opts.Schema, meta, generation.Data{Rows: m.Rows(), Seq: m.Seqs(), Epoch: m.Epochs()})
+}
+
+// nextManifest is the committed manifest plus generation f.
+func (s *Shard) nextManifest(m *memtable.Memtable, f generation.File) *shardmeta.Manifest {
+	next := s.manifest.Clone()
+	g := m.Generation()
+	next.Flushed = append(next.Flushed, shardmeta.Generation{
+		Number: g, File: f.Name, Rows: f.Meta.Rows, Bytes: f.Size,
+		SeqFirst: f.Meta.SeqFirst, SeqLast: f.Meta.SeqLast, Epoch: s.claim.Epoch,
+	})
+	next.CurrentGeneration = g + 1
+	next.ReplayCursor = f.Meta.SeqLast
+	if s.replayEnd != 0 && g == s.replayEnd {
+		next.Epochs[len(next.Epochs)-1].ReplayEndGeneration = g
+	}
+	for src, off := range m.SourceOffsets() {
+		if next.SourceOffsets == nil {
+			next.SourceOffsets = map[string]int64{}
+		}
+		next.SourceOffsets[src] = max(next.SourceOffsets[src], off)
+	}
+	return next
+}
+
+// afterCommit trims the WAL below the new cursor and records metrics. A
+// failure to trim is logged, not fatal: the segments are removed next time.
+func (s *Shard) afterCommit(f generation.File, took time.Duration) {
+	s.metrics.generations.WithLabelValues(s.name).Inc()
+	s.metrics.genBytes.WithLabelValues(s.name).Add(float64(f.Size))
+	s.metrics.flushSeconds.WithLabelValues(s.name).Observe(took.Seconds())
+	s.metrics.memtableBytes.WithLabelValues(s.name).Set(float64(s.set.Bytes()))
+	s.log.Info("committed generation", "generation", f.Meta.Generation, "file", f.Name,
+		"rows", f.Meta.Rows, "bytes", f.Size, "replay_cursor", s.manifest.ReplayCursor, "took", took)
+	if err := s.w.RemoveThrough(s.manifest.ReplayCursor); err != nil {
+		s.log.Warn("remove WAL segments", "through", s.manifest.ReplayCursor, "err", err)
+	}
+}
+
+func (s *Shard) requestFlush() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// flusher seals and commits generations when the active memtable is full
+// or old enough, or on request. A failed flush is retried with backoff.
+func (s *Shard) flusher() {
+	defer s.flusherWG.Done()
+	tick := time.NewTicker(s.tickEvery())
+	defer tick.Stop()
+	backoff := time.Duration(0)
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-s.kick:
+		case <-tick.C:
+			if !s.due() {
+				continue
+			}
+		}
+		if backoff > 0 && !s.waitOrQuit(backoff) {
+			return
+		}
+		if err := s.backgroundFlush(); err != nil {
+			backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
+			s.requestFlush()
+			continue
+		}
+		backoff = 0
+	}
+}
+
+func (s *Shard) tickEvery() time.Duration {
+	if s.opts.FlushAge > 0 {
+		return min(max(s.opts.FlushAge/4, 10*time.Millisecond), time.Second)
+	}
+	return time.Second
+}
+
+// due reports whether the active memtable should be sealed now.
+func (s *Shard) due() bool {
+	a := s.set.Active()
+	if a.Len() == 0 {
+		return s.set.Oldest() != nil
+	}
+	if a.Bytes() >= s.opts.FlushBytes {
+		return true
+	}
+	return s.opts.FlushAge > 0 && s.opts.Now().Sub(a.CreatedAt()) >= s.opts.FlushAge
+}
+
+func (s *Shard) waitOrQuit(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-s.quit:
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (s *Shard) backgroundFlush() error {
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	if s.err() != nil || !s.due() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*s.opts.RequestTimeout)
+	defer cancel()
+	err := s.flushOnce(ctx)
+	if err != nil {
+		s.log.Warn("background flush failed; will retry", "err", err)
+	}
+	return err
+}
+
+// Close stops intake, flushes (unless NoFlushOnClose), syncs and closes the
+// WAL and releases the owner key. It is safe to call more than once.
+func (s *Shard) Close(ctx context.Context) error {
+	s.closeOnce.Do(func() { s.closeErr = s.close(ctx) })
+	return s.closeErr
+}
+
+func (s *Shard) close(ctx context.Context) error {
+	close(s.quit)
+	s.flusherWG.Wait()
+	healthy := s.err() == nil
+	s.stop(ErrClosed)
+	s.mu.Lock() // wait out writers already past the check
+	s.mu.Unlock()
+	var errs []error
+	s.flushMu.Lock()
+	if healthy && !s.opts.NoFlushOnClose {
+		if err := s.flushOnce(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.flushMu.Unlock()
+	if err := s.w.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	s.set.Close()
+	s.releaseOwner()
+	return errors.Join(errs...)
+}

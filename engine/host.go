@@ -1,0 +1,122 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/rollwal/rollwal/memtable"
+)
+
+// Host serves many shards of one table from one process. The shards share
+// one etcd lease, one memory budget and one set of metrics.
+type Host struct {
+	opts    Options
+	budget  *memtable.Budget
+	metrics *metrics
+
+	mu     sync.Mutex
+	lease  clientv3.LeaseID
+	stopKA context.CancelFunc
+	shards map[string]*Shard
+}
+
+// NewHost validates opts and returns a host with no shards open.
+func NewHost(opts Options) (*Host, error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	return &Host{opts: opts, budget: opts.newBudget(), metrics: newMetrics(opts.Registerer), shards: map[string]*Shard{}}, nil
+}
+
+// Open claims and opens a shard; opening an open shard returns it.
+func (h *Host) Open(ctx context.Context, name string) (*Shard, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s, ok := h.shards[name]; ok {
+		return s, nil
+	}
+	if err := h.ensureLease(ctx); err != nil {
+		return nil, err
+	}
+	s, err := openShard(ctx, &h.opts, name, h.lease, h.budget, h.metrics)
+	if err != nil {
+		return nil, err
+	}
+	h.shards[name] = s
+	return s, nil
+}
+
+// ensureLease grants the host's lease and keeps it alive in the background.
+func (h *Host) ensureLease(ctx context.Context) error {
+	if h.lease != 0 {
+		return nil
+	}
+	gctx, cancel := context.WithTimeout(ctx, h.opts.RequestTimeout)
+	defer cancel()
+	resp, err := h.opts.Etcd.Grant(gctx, int64(h.opts.LeaseTTL.Seconds()))
+	if err != nil {
+		return fmt.Errorf("engine: grant lease: %w", err)
+	}
+	kctx, stop := context.WithCancel(context.Background())
+	ch, err := h.opts.Etcd.KeepAlive(kctx, resp.ID)
+	if err != nil {
+		stop()
+		return fmt.Errorf("engine: keep lease alive: %w", err)
+	}
+	go func() {
+		for range ch { // drain responses; the channel closes when the lease is lost
+		}
+	}()
+	h.lease, h.stopKA = resp.ID, stop
+	return nil
+}
+
+// Shard returns an open shard.
+func (h *Host) Shard(name string) (*Shard, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s, ok := h.shards[name]
+	return s, ok
+}
+
+// Shards lists the open shards by name.
+func (h *Host) Shards() []*Shard {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*Shard, 0, len(h.shards))
+	for _, s := range h.shards {
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+// Close closes every shard, then revokes the lease so successors can claim
+// at once.
+func (h *Host) Close(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var errs []error
+	for name, s := range h.shards {
+		if err := s.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("shard %s: %w", name, err))
+		}
+		delete(h.shards, name)
+	}
+	if h.lease != 0 {
+		h.stopKA()
+		rctx, cancel := context.WithTimeout(context.Background(), h.opts.RequestTimeout)
+		if _, err := h.opts.Etcd.Revoke(rctx, h.lease); err != nil {
+			errs = append(errs, fmt.Errorf("engine: revoke lease: %w", err))
+		}
+		cancel()
+		h.lease = 0
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,49 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/rollwal/rollwal/internal/etcdembed"
+)
+
+// etcdClient is one embedded etcd for the package's tests; each test uses
+// its own table name, so their keys never meet.
+var etcdClient *clientv3.Client
+
+func TestMain(m *testing.M) {
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "rollwal-engine-etcd-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	srv, err := etcdembed.Start(context.Background(), etcdembed.Options{Dir: dir})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start embedded etcd:", err)
+		return 1
+	}
+	defer srv.Close()
+	etcdClient = srv.Client()
+	return m.Run()
+}
+
+var nonName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// tableName turns a test's name into a table name unique to it.
+func tableName(t testing.TB, suffix string) string {
+	name := nonName.ReplaceAllString(t.Name(), "_") + suffix
+	if len(name) > 100 {
+		name = name[len(name)-100:]
+	}
+	return name
+}

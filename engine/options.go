@@ -1,0 +1,146 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/memtable"
+	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/wal"
+)
+
+// Options configure a Host and the shards it opens.
+type Options struct {
+	// DataDir holds <table>/shards/<shard>/{wal,gen}.
+	DataDir string
+	// FS is the filesystem; default vfs.Default.
+	FS vfs.FS
+	// Table names the table; default "rollouts".
+	Table string
+	// Schema is the table's schema; default schema.Rollout().
+	Schema *schema.Schema
+	// Etcd is the metadata client (required).
+	Etcd *clientv3.Client
+	// Prefix is the root of the table's keys in etcd; default "rollwal".
+	Prefix string
+	// WriterID names this writer in the owner key; default host-pid.
+	WriterID string
+	// Address is where this writer serves, recorded in the owner key.
+	Address string
+	// LeaseTTL is the TTL of the writer's lease; default 5s.
+	LeaseTTL time.Duration
+	// RequestTimeout bounds every etcd request; default 5s.
+	RequestTimeout time.Duration
+
+	// WALSegmentSize is the WAL's roll threshold; default 64 MiB.
+	WALSegmentSize int64
+	// WALCompression compresses WAL record payloads; default none.
+	WALCompression wal.Compression
+	// Codec is the generation files' Parquet codec; default "snappy".
+	Codec string
+
+	// FlushBytes seals the active memtable once it holds this many bytes;
+	// default 64 MiB.
+	FlushBytes int64
+	// FlushAge seals the active memtable once its oldest row is this old;
+	// default 30s. Negative disables age-based flushes.
+	FlushAge time.Duration
+	// FlushOnClose flushes the active memtable on Close; default true
+	// (set NoFlushOnClose to disable).
+	NoFlushOnClose bool
+	// MemoryBudget bounds the bytes held by all memtables of the host;
+	// default 512 MiB.
+	MemoryBudget int64
+	// BudgetWait is how long an append waits for memory before it fails
+	// with memtable.ErrBackpressure; 0 fails at once. Default 0.
+	BudgetWait time.Duration
+	// MaxBatchRows bounds the rows of one append; default 100000.
+	MaxBatchRows int
+
+	// DisableSourceExclusion replays WAL records of already-flushed
+	// generations. A test switch: it proves that the merge-side cutoff
+	// holds on its own. Never set it in production.
+	DisableSourceExclusion bool
+
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+	Now        func() time.Time
+}
+
+// EnsureDefaults fills unset fields.
+func (o *Options) EnsureDefaults() {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.DataDir == "" {
+		o.DataDir = "./data"
+	}
+	if o.Table == "" {
+		o.Table = "rollouts"
+	}
+	if o.Schema == nil {
+		o.Schema = schema.Rollout()
+	}
+	if o.Prefix == "" {
+		o.Prefix = "rollwal"
+	}
+	if o.WriterID == "" {
+		host, _ := os.Hostname()
+		o.WriterID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	setDefault(&o.LeaseTTL, 5*time.Second)
+	setDefault(&o.RequestTimeout, 5*time.Second)
+	setDefault(&o.WALSegmentSize, 64<<20)
+	setDefault(&o.FlushBytes, 64<<20)
+	setDefault(&o.FlushAge, 30*time.Second)
+	setDefault(&o.MemoryBudget, 512<<20)
+	setDefault(&o.MaxBatchRows, 100000)
+	if o.Codec == "" {
+		o.Codec = "snappy"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+func setDefault[T int | int64 | time.Duration](v *T, d T) {
+	if *v == 0 {
+		*v = d
+	}
+}
+
+// Validate reports the first option that cannot work.
+func (o *Options) Validate() error {
+	var errs []error
+	check := func(bad bool, format string, args ...any) {
+		if bad {
+			errs = append(errs, fmt.Errorf("engine: "+format, args...))
+		}
+	}
+	check(o.Etcd == nil, "no etcd client")
+	check(o.LeaseTTL < time.Second, "lease TTL %v is below 1s", o.LeaseTTL)
+	check(o.RequestTimeout <= 0, "request timeout %v must be positive", o.RequestTimeout)
+	check(o.WALSegmentSize < 64<<10, "WAL segment size %d is below 64 KiB", o.WALSegmentSize)
+	check(o.FlushBytes <= 0, "flush bytes %d must be positive", o.FlushBytes)
+	check(o.MemoryBudget < o.FlushBytes, "memory budget %d is below flush bytes %d: a memtable could never fill", o.MemoryBudget, o.FlushBytes)
+	check(o.BudgetWait < 0, "budget wait %v is negative", o.BudgetWait)
+	check(o.MaxBatchRows <= 0, "max batch rows %d must be positive", o.MaxBatchRows)
+	check(o.Codec != "snappy" && o.Codec != "zstd" && o.Codec != "none", "unknown codec %q (want snappy, zstd or none)", o.Codec)
+	if err := o.Schema.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// newBudget is split out so a Host shares one budget across its shards.
+func (o *Options) newBudget() *memtable.Budget { return memtable.NewBudget(o.MemoryBudget) }

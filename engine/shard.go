@@ -1,0 +1,293 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/rollwal/rollwal/generation"
+	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/memtable"
+	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/shardmeta"
+	"github.com/rollwal/rollwal/wal"
+)
+
+// Shard is the writer of one shard for one epoch.
+type Shard struct {
+	name    string
+	opts    *Options
+	genDir  string
+	store   *shardmeta.Store
+	claim   *shardmeta.Claim
+	w       *wal.WAL
+	set     *memtable.Set
+	budget  *memtable.Budget
+	metrics *metrics
+	log     *slog.Logger
+
+	// mu orders WAL position assignment with memtable insertion, and
+	// guards lastPos and the choice of the active generation.
+	mu      sync.Mutex
+	lastPos uint64
+
+	// stopErr is set once: fenced, stopped after a WAL failure, or closed.
+	stopErr atomic.Pointer[error]
+
+	// flushMu makes flushes (and their commits) one at a time, in order.
+	flushMu sync.Mutex
+	// manifest is the last committed manifest; guarded by flushMu.
+	manifest *shardmeta.Manifest
+	// replayEnd is the generation replay filled last (0: replay found
+	// nothing); recorded in the epoch's provenance when it commits.
+	replayEnd uint64
+
+	kick      chan struct{}
+	quit      chan struct{}
+	flusherWG sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
+}
+
+func (s *Shard) walDir() string { return filepath.Join(s.opts.DataDir, s.opts.Table, "shards", s.name, "wal") }
+
+func openShard(ctx context.Context, o *Options, name string, lease clientv3.LeaseID, budget *memtable.Budget, m *metrics) (*Shard, error) {
+	s := &Shard{
+		name: name, opts: o, budget: budget, metrics: m,
+		genDir: filepath.Join(o.DataDir, o.Table, "shards", name, "gen"),
+		store:  shardmeta.NewStore(o.Etcd, shardmeta.Keys{Prefix: o.Prefix, Table: o.Table}, shardmeta.StoreOptions{RequestTimeout: o.RequestTimeout, Logger: o.Logger}),
+		log:    o.Logger.With("shard", name),
+		kick:   make(chan struct{}, 1),
+		quit:   make(chan struct{}),
+	}
+	for _, dir := range []string{s.genDir, s.walDir()} {
+		if err := vfs.MkdirAllDurable(o.FS, dir, 0o755); err != nil {
+			return nil, fmt.Errorf("engine: shard %s: %w", name, err)
+		}
+	}
+	if err := s.claimAndOpenWAL(ctx, lease); err != nil {
+		return nil, err
+	}
+	if err := s.recover(ctx); err != nil {
+		s.w.Close()
+		s.set.Close()
+		s.releaseOwner()
+		return nil, err
+	}
+	s.flusherWG.Add(1)
+	go s.flusher()
+	return s, nil
+}
+
+// claimAndOpenWAL claims the next epoch. The WAL is opened for the new
+// epoch inside the claim so that the tail it inherits is recorded in the
+// same transaction as the epoch (the epoch's start position).
+func (s *Shard) claimAndOpenWAL(ctx context.Context, lease clientv3.LeaseID) error {
+	owner := shardmeta.Owner{Writer: s.opts.WriterID, Address: s.opts.Address}
+	prepare := func(m *shardmeta.Manifest) error {
+		if s.w != nil {
+			s.w.Close()
+			s.w = nil
+		}
+		w, err := wal.Open(wal.Options{
+			FS: s.opts.FS, Dir: s.walDir(), Epoch: m.WriterEpoch,
+			SegmentSize: s.opts.WALSegmentSize, Compression: s.opts.WALCompression,
+			Logger: s.log,
+		})
+		if err != nil {
+			return err
+		}
+		s.w = w
+		m.Epochs[len(m.Epochs)-1].StartPosition = w.Tail()
+		return nil
+	}
+	c, err := s.store.Claim(ctx, s.name, owner, lease, prepare)
+	if err != nil {
+		if s.w != nil {
+			s.w.Close()
+		}
+		return fmt.Errorf("engine: shard %s: claim: %w", s.name, err)
+	}
+	s.claim = c
+	s.manifest = c.Manifest
+	s.lastPos = s.w.Tail()
+	s.metrics.epoch.WithLabelValues(s.name).Set(float64(c.Epoch))
+	s.log.Info("claimed shard", "epoch", c.Epoch, "token", c.Token,
+		"current_generation", c.Manifest.CurrentGeneration, "replay_cursor", c.Manifest.ReplayCursor, "wal_tail", s.w.Tail())
+	return nil
+}
+
+// recover removes garbage generation files and replays the WAL tail.
+func (s *Shard) recover(ctx context.Context) error {
+	if err := s.removeGarbage(); err != nil {
+		return err
+	}
+	m := s.manifest
+	s.set = memtable.NewSet(s.opts.Schema, m.CurrentGeneration, s.budget, s.opts.Now)
+	start := time.Now()
+	rows, err := s.replay(ctx, m.ReplayCursor, s.w.Tail())
+	if err != nil {
+		return fmt.Errorf("engine: shard %s: replay: %w", s.name, err)
+	}
+	if rows > 0 {
+		s.replayEnd = s.set.Active().Generation()
+	}
+	s.metrics.replayRows.WithLabelValues(s.name).Add(float64(rows))
+	s.metrics.replaySeconds.WithLabelValues(s.name).Set(time.Since(start).Seconds())
+	s.log.Info("replayed WAL tail", "rows", rows, "from", m.ReplayCursor, "to", s.w.Tail(), "duration", time.Since(start))
+	return nil
+}
+
+// removeGarbage deletes generation files no committed generation names:
+// failed flush attempts and temp files. Committed files are never touched.
+func (s *Shard) removeGarbage() error {
+	names, err := s.opts.FS.List(s.genDir)
+	if err != nil {
+		return fmt.Errorf("engine: shard %s: %w", s.name, err)
+	}
+	keep := make(map[string]bool, len(s.manifest.Flushed))
+	for _, g := range s.manifest.Flushed {
+		keep[g.File] = true
+	}
+	for _, n := range names {
+		if keep[n] {
+			continue
+		}
+		if _, _, _, err := generation.ParseName(n); err != nil && !strings.HasPrefix(n, ".tmp-") {
+			continue // not ours: leave it alone
+		}
+		if err := s.opts.FS.Remove(filepath.Join(s.genDir, n)); err != nil {
+			return fmt.Errorf("engine: shard %s: remove garbage %s: %w", s.name, n, err)
+		}
+		s.log.Info("removed uncommitted generation file", "file", n)
+	}
+	return nil
+}
+
+// replay inserts the records of (from, to] into the active memtable,
+// skipping what source-side exclusion proves is already committed:
+// records tagged with a generation below current_generation, and records of
+// an older epoch written past a newer epoch's start position (a zombie's
+// unacknowledged tail).
+func (s *Shard) replay(ctx context.Context, from, to uint64) (int, error) {
+	m := s.manifest
+	var rows int
+	var last uint64 // highest position replayed, to refuse overlaps
+	err := s.w.Replay(from, to, func(h wal.Header, payload []byte) error {
+		if h.Epoch > s.claim.Epoch {
+			return fmt.Errorf("%w: record at position %d has epoch %d above the claimed epoch %d", ErrReplay, h.FirstPos, h.Epoch, s.claim.Epoch)
+		}
+		if s.skipOnReplay(m, h) {
+			return nil
+		}
+		if h.FirstPos <= last {
+			return fmt.Errorf("%w: record at position %d (epoch %d) overlaps position %d already replayed", ErrReplay, h.FirstPos, h.Epoch, last)
+		}
+		last = h.FirstPos + uint64(h.Count) - 1
+		b, err := s.opts.Schema.Decode(payload)
+		if err != nil {
+			return fmt.Errorf("record at position %d: %w", h.FirstPos, err)
+		}
+		n, err := s.replayBatch(ctx, b, h)
+		rows += n
+		return err
+	})
+	return rows, err
+}
+
+func (s *Shard) skipOnReplay(m *shardmeta.Manifest, h wal.Header) bool {
+	if h.Generation < m.CurrentGeneration && !s.opts.DisableSourceExclusion {
+		return true
+	}
+	for _, e := range m.Epochs {
+		if e.Epoch > h.Epoch && e.StartPosition < h.FirstPos {
+			return true
+		}
+	}
+	return false
+}
+
+// replayBatch inserts one replayed record. Replay is bounded in memory:
+// when the active memtable is full it is flushed before the record goes in,
+// so the last replayed row always lands in the active memtable, whose
+// generation is the one recorded as the end of the replay.
+func (s *Shard) replayBatch(ctx context.Context, b *schema.Batch, h wal.Header) (int, error) {
+	fresh, _ := s.set.Filter(b)
+	if fresh.Len() == 0 {
+		return 0, nil
+	}
+	if s.set.Active().Bytes() >= s.opts.FlushBytes {
+		if err := s.flushOnce(ctx); err != nil {
+			return 0, err
+		}
+	}
+	if err := s.budget.Acquire(ctx, memtable.EstimateBytes(fresh), true); err != nil {
+		return 0, err
+	}
+	if fresh.Len() != b.Len() {
+		// Positions stay those of the WAL; only whole records keep them
+		// dense, so a partially duplicate record keeps each row's own.
+		return fresh.Len(), s.insertSparse(b, fresh, h)
+	}
+	s.set.Insert(fresh, h.FirstPos, h.Epoch, "", 0)
+	return fresh.Len(), nil
+}
+
+// insertSparse inserts the rows of b that survived deduplication, one at a
+// time, each with the position it had in the WAL.
+func (s *Shard) insertSparse(b, fresh *schema.Batch, h wal.Header) error {
+	keep := make(map[string]bool, fresh.Len())
+	for _, id := range fresh.IDs {
+		keep[id] = true
+	}
+	for i, id := range b.IDs {
+		if !keep[id] {
+			continue
+		}
+		delete(keep, id) // a repeat within the record is a duplicate
+		one := s.opts.Schema.NewBatch(1)
+		one.AppendRow(b, i)
+		s.set.Insert(one, h.FirstPos+uint64(i), h.Epoch, "", 0)
+	}
+	return nil
+}
+
+// Name is the shard's name.
+func (s *Shard) Name() string { return s.name }
+
+// Epoch is the writer epoch this shard claimed.
+func (s *Shard) Epoch() uint64 { return s.claim.Epoch }
+
+// err returns why the shard stopped, or nil.
+func (s *Shard) err() error {
+	if p := s.stopErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// stop records the first reason the shard stops taking writes.
+func (s *Shard) stop(err error) {
+	if s.stopErr.CompareAndSwap(nil, &err) {
+		if !errors.Is(err, ErrClosed) {
+			s.metrics.fenced.WithLabelValues(s.name).Set(1)
+			s.log.Error("shard stopped", "err", err)
+		}
+	}
+}
+
+func (s *Shard) releaseOwner() {
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.RequestTimeout)
+	defer cancel()
+	if err := s.store.Release(ctx, s.claim); err != nil && !errors.Is(err, ErrFenced) {
+		s.log.Warn("release owner key", "err", err)
+	}
+}

@@ -1,0 +1,62 @@
+package engine
+
+import (
+	"context"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/rollwal/rollwal/shardmeta"
+)
+
+// Status is a snapshot of a shard for operators.
+type Status struct {
+	Shard             string                 `json:"shard"`
+	Epoch             uint64                 `json:"epoch"`
+	Token             int64                  `json:"token"`
+	CurrentGeneration uint64                 `json:"current_generation"`
+	ReplayCursor      uint64                 `json:"replay_cursor"`
+	WALTail           uint64                 `json:"wal_tail"`
+	Flushed           []shardmeta.Generation `json:"flushed"`
+	MemtableRows      int                    `json:"memtable_rows"`
+	MemtableBytes     int64                  `json:"memtable_bytes"`
+	SourceOffsets     map[string]int64       `json:"source_offsets,omitempty"`
+	Stopped           string                 `json:"stopped,omitempty"`
+}
+
+// Status reports the shard's state.
+func (s *Shard) Status() Status {
+	s.flushMu.Lock()
+	m := s.manifest.Clone()
+	s.flushMu.Unlock()
+	st := Status{
+		Shard: s.name, Epoch: s.claim.Epoch, Token: s.claim.Token,
+		CurrentGeneration: m.CurrentGeneration, ReplayCursor: m.ReplayCursor,
+		WALTail: s.w.Tail(), Flushed: m.Flushed, SourceOffsets: m.SourceOffsets,
+		MemtableRows: s.set.Len(), MemtableBytes: s.set.Bytes(),
+	}
+	if err := s.err(); err != nil {
+		st.Stopped = err.Error()
+	}
+	return st
+}
+
+// Manifest returns a copy of the last committed shard manifest.
+func (s *Shard) Manifest() *shardmeta.Manifest {
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	return s.manifest.Clone()
+}
+
+// GenerationDir is where the shard's generation files live.
+func (s *Shard) GenerationDir() string { return s.genDir }
+
+// LoadManifest reads a shard's committed manifest without claiming it
+// (prefix "" means the default).
+func LoadManifest(ctx context.Context, cli *clientv3.Client, prefix, table, shard string) (*shardmeta.Manifest, error) {
+	if prefix == "" {
+		prefix = "rollwal"
+	}
+	st := shardmeta.NewStore(cli, shardmeta.Keys{Prefix: prefix, Table: table}, shardmeta.StoreOptions{})
+	m, _, err := st.Load(ctx, shard)
+	return m, err
+}

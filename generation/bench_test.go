@@ -1,0 +1,193 @@
+package generation
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/parquet-go/parquet-go"
+
+	"github.com/rollwal/rollwal/internal/rolloutgen"
+	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/schema"
+)
+
+const benchRows = 100_000
+
+// benchData is one seeded set of rollout rows, as Write takes them and as
+// the bare peer takes them (sharing the strings).
+type benchData struct {
+	s       *schema.Schema
+	d       Data
+	peer    []peerRow
+	logical int64 // bytes of column values, the "MB/s" base
+}
+
+// peerRow is the same rollout row as a Go struct, tagged so that parquet-go
+// derives exactly the layout Write produces (checked in newBenchData).
+type peerRow struct {
+	ID         string   `parquet:"id"`
+	Prompt     string   `parquet:"prompt"`
+	Completion string   `parquet:"completion"`
+	Reward     *float64 `parquet:"reward,optional"`
+	Metadata   *string  `parquet:"metadata,optional,json"`
+	Seq        uint64   `parquet:"_seq,delta"`
+	Epoch      uint64   `parquet:"_epoch,delta"`
+}
+
+var benchCache = map[int]*benchData{}
+
+func newBenchData(b *testing.B, n int) *benchData {
+	if bd := benchCache[n]; bd != nil {
+		return bd
+	}
+	s := schema.Rollout()
+	batch, err := s.Build(rolloutgen.New(1, "bench").Rows(n))
+	if err != nil {
+		b.Fatal(err)
+	}
+	bd := &benchData{s: s, d: Data{Rows: batch, Seq: make([]uint64, n), Epoch: make([]uint64, n)}, peer: make([]peerRow, n)}
+	prompt, completion, reward, meta := batch.Cols[0], batch.Cols[1], batch.Cols[2], batch.Cols[3]
+	for i := range n {
+		bd.d.Seq[i], bd.d.Epoch[i] = uint64(i+1), 1
+		p := &bd.peer[i]
+		*p = peerRow{ID: batch.IDs[i], Prompt: prompt.Str[i], Completion: completion.Str[i], Seq: uint64(i + 1), Epoch: 1}
+		bd.logical += int64(len(p.ID) + len(p.Prompt) + len(p.Completion) + 16)
+		if !reward.IsNull(i) {
+			p.Reward = &reward.F64[i]
+			bd.logical += 8
+		}
+		if !meta.IsNull(i) {
+			p.Metadata = &meta.Str[i]
+			bd.logical += int64(len(meta.Str[i]))
+		}
+	}
+	lay, err := newLayout(s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if !parquet.EqualNodes(parquet.SchemaOf(peerRow{}), lay.schema) {
+		b.Fatalf("the peer's schema differs from Write's:\n%v\n%v", parquet.SchemaOf(peerRow{}), lay.schema)
+	}
+	benchCache[n] = bd
+	return bd
+}
+
+// writePeer writes the rows with a bare parquet-go GenericWriter[peerRow],
+// configured like Write (codec, page size, row groups, id bloom filter),
+// and makes the file as durable as Write does (fsync, close).
+func writePeer(path string, opts Options, rows []peerRow) (int64, error) {
+	opts.EnsureDefaults()
+	codec, err := codecFor(opts.Codec)
+	if err != nil {
+		return 0, err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	w := parquet.NewGenericWriter[peerRow](f,
+		parquet.Compression(codec),
+		parquet.PageBufferSize(opts.PageBufferSize),
+		parquet.MaxRowsPerRowGroup(int64(opts.RowGroupRows)),
+		parquet.BloomFilters(parquet.SplitBlockFilter(bloomBitsPerValue, schema.IDColumn)))
+	if _, err := w.Write(rows); err != nil {
+		return 0, err
+	}
+	if err := w.Close(); err != nil {
+		return 0, err
+	}
+	if err := f.Sync(); err != nil {
+		return 0, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), f.Close()
+}
+
+// BenchmarkFlush writes one generation of 100k rollout rows per op with
+// Write (vfs.Default, b.TempDir), and in the same op, off the clock, the
+// same rows with a bare parquet-go GenericWriter[struct] on the same codec.
+// Interleaving the two keeps disk and CPU drift out of the ratio.
+//
+//	rows/s, MB/s        Write's throughput (MB of column values)
+//	peer-rows/s         the bare writer's
+//	x-parquet-go        Write's rows/s over the bare writer's (target ≥ 0.9)
+//	disk-B/logical-B    file size over column bytes
+func BenchmarkFlush(b *testing.B) {
+	bd := newBenchData(b, benchRows)
+	for _, codec := range []string{CodecSnappy, CodecZstd, CodecNone} {
+		b.Run(fmt.Sprintf("codec=%s/rows=%dk", codec, benchRows/1000), func(b *testing.B) {
+			runFlush(b, bd, Options{FS: vfs.Default, Codec: codec}, true)
+		})
+	}
+}
+
+// BenchmarkFlushShape measures the row-group and page sizes behind
+// DefaultRowGroupRows and DefaultPageBufferSize (unpaired).
+func BenchmarkFlushShape(b *testing.B) {
+	bd := newBenchData(b, benchRows)
+	for _, page := range []int{64 << 10, 256 << 10, 1 << 20} {
+		for _, rg := range []int{16 << 10, 64 << 10, 128 << 10} {
+			b.Run(fmt.Sprintf("page=%dK/rowgroup=%dk", page>>10, rg>>10), func(b *testing.B) {
+				runFlush(b, bd, Options{FS: vfs.Default, PageBufferSize: page, RowGroupRows: rg}, false)
+			})
+		}
+	}
+}
+
+func runFlush(b *testing.B, bd *benchData, opts Options, paired bool) {
+	dir := b.TempDir()
+	ctx := context.Background()
+	peerPath := filepath.Join(dir, "peer.parquet")
+	var peerTime time.Duration
+	var size int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	peer := func() {
+		b.StopTimer()
+		defer b.StartTimer()
+		if !paired {
+			return
+		}
+		start := time.Now()
+		if _, err := writePeer(peerPath, opts, bd.peer); err != nil {
+			b.Fatal(err)
+		}
+		peerTime += time.Since(start)
+	}
+	for i := 0; i < b.N; i++ {
+		if i%2 == 1 {
+			peer() // alternate who goes first: neither always meets the other's writeback
+		}
+		f, err := Write(ctx, opts, dir, bd.s, Meta{Table: "bench", Shard: "0", Generation: uint64(i), Epoch: 1}, bd.d)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if i%2 == 0 {
+			peer()
+		}
+		b.StopTimer()
+		size = f.Size
+		if err := os.Remove(f.Path); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	secs := b.Elapsed().Seconds()
+	rows := float64(benchRows) * float64(b.N)
+	b.ReportMetric(rows/secs, "rows/s")
+	b.ReportMetric(float64(bd.logical)*float64(b.N)/secs/1e6, "MB/s")
+	b.ReportMetric(float64(size)/float64(bd.logical), "disk-B/logical-B")
+	if paired {
+		b.ReportMetric(rows/peerTime.Seconds(), "peer-rows/s")
+		b.ReportMetric(peerTime.Seconds()/secs, "x-parquet-go")
+	}
+}

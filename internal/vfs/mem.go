@@ -1,0 +1,585 @@
+package vfs
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// MemFS is a strict in-memory filesystem for crash tests: it remembers,
+// next to what was written, exactly what a power loss would leave behind.
+//
+// The model is the one the package doc promises for a real disk:
+//
+//	dir inode ── children (live) ──► inode ── data   (live bytes)
+//	          └─ durable (synced) ─►       └─ synced (bytes as of File.Sync)
+//
+// A directory entry names an inode; Rename moves the entry, not the data, so
+// whatever was synced follows the inode to its new name. File.Sync copies a
+// file's live bytes to its synced state; OpenDir(dir).Sync() copies a
+// directory's live entries to its durable entries. CrashClone keeps only the
+// synced and durable halves, so a create, rename or remove that was not
+// followed by a sync of its directory is undone, and bytes written after the
+// last File.Sync are lost.
+//
+// Relative names resolve against the root, as if the working directory were
+// "/": "a/b", "./a/b" and "/a/b" are one file. The root always exists.
+//
+// All methods are safe for concurrent use; one lock guards the whole tree,
+// which is simple and fast enough for tests.
+type MemFS struct {
+	mu   sync.RWMutex
+	root *memNode
+}
+
+var _ FS = (*MemFS)(nil)
+
+// memNode is an inode: a file or a directory.
+type memNode struct {
+	dir  bool
+	mode os.FileMode
+
+	// Files. synced shares data's backing array until a write would change
+	// a byte synced can see (shared reports that); only then is data copied,
+	// so a Sync costs O(1) rather than a copy of the whole file.
+	data   []byte
+	synced []byte
+	shared bool
+
+	// Directories.
+	children map[string]*memNode // live entries
+	durable  map[string]*memNode // entries as of the last directory sync
+}
+
+// NewStrictMem returns an empty MemFS holding only the root directory.
+func NewStrictMem() *MemFS {
+	return &MemFS{root: newDirNode(0o755)}
+}
+
+func newDirNode(perm os.FileMode) *memNode {
+	return &memNode{
+		dir:      true,
+		mode:     os.ModeDir | perm.Perm(),
+		children: map[string]*memNode{},
+		durable:  map[string]*memNode{},
+	}
+}
+
+func newFileNode() *memNode { return &memNode{mode: 0o644} }
+
+func pathErr(op, name string, err error) error {
+	return &os.PathError{Op: op, Path: name, Err: err}
+}
+
+// split resolves name against the root and returns its components; the
+// root itself has none.
+func split(name string) []string {
+	p := filepath.ToSlash(filepath.Join("/", name))
+	if p == "/" {
+		return nil
+	}
+	return strings.Split(p[1:], "/")
+}
+
+// walk follows comps from the root. Like the helpers below it returns a
+// bare errno, which the exported methods wrap with their op and path.
+// Callers hold fs.mu.
+func (fs *MemFS) walk(comps []string) (*memNode, error) {
+	n := fs.root
+	for _, c := range comps {
+		if !n.dir {
+			return nil, syscall.ENOTDIR
+		}
+		child, ok := n.children[c]
+		if !ok {
+			return nil, syscall.ENOENT
+		}
+		n = child
+	}
+	return n, nil
+}
+
+func (fs *MemFS) lookup(name string) (*memNode, error) { return fs.walk(split(name)) }
+
+// parent returns the directory that holds name's entry and the entry's
+// name in it. The root has no parent entry, so it cannot be created,
+// renamed or removed.
+func (fs *MemFS) parent(name string) (*memNode, string, error) {
+	comps := split(name)
+	if len(comps) == 0 {
+		return nil, "", syscall.EINVAL
+	}
+	dir, err := fs.walk(comps[:len(comps)-1])
+	if err != nil {
+		return nil, "", err
+	}
+	if !dir.dir {
+		return nil, "", syscall.ENOTDIR
+	}
+	return dir, comps[len(comps)-1], nil
+}
+
+// Create creates or truncates the named file. Truncating keeps the inode,
+// as O_TRUNC does, so its synced bytes stay until the next Sync.
+func (fs *MemFS) Create(name string) (File, error) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	dir, base, err := fs.parent(name)
+	if err != nil {
+		return nil, pathErr("open", name, err)
+	}
+	n, ok := dir.children[base]
+	switch {
+	case !ok:
+		n = newFileNode()
+		dir.children[base] = n
+	case n.dir:
+		return nil, pathErr("open", name, syscall.EISDIR)
+	default:
+		n.resize(0)
+	}
+	return &memFile{fs: fs, n: n, name: name, writable: true}, nil
+}
+
+// Open opens a file or directory read-only.
+func (fs *MemFS) Open(name string) (File, error) {
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	n, err := fs.lookup(name)
+	if err != nil {
+		return nil, pathErr("open", name, err)
+	}
+	return &memFile{fs: fs, n: n, name: name}, nil
+}
+
+// OpenReadWrite opens an existing file for reading and writing.
+func (fs *MemFS) OpenReadWrite(name string) (File, error) {
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	n, err := fs.lookup(name)
+	if err != nil {
+		return nil, pathErr("open", name, err)
+	}
+	if n.dir {
+		return nil, pathErr("open", name, syscall.EISDIR)
+	}
+	return &memFile{fs: fs, n: n, name: name, writable: true}, nil
+}
+
+// OpenDir opens a directory; its Sync makes the directory's entries durable.
+func (fs *MemFS) OpenDir(name string) (File, error) {
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	n, err := fs.lookup(name)
+	if err != nil {
+		return nil, pathErr("open", name, err)
+	}
+	if !n.dir {
+		return nil, pathErr("open", name, syscall.ENOTDIR)
+	}
+	return &memFile{fs: fs, n: n, name: name}, nil
+}
+
+// Rename moves oldname's entry to newname, replacing what newname held
+// under the same rules as rename(2). Like os.Rename it returns
+// *os.LinkError.
+func (fs *MemFS) Rename(oldname, newname string) error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if err := fs.rename(oldname, newname); err != nil {
+		return &os.LinkError{Op: "rename", Old: oldname, New: newname, Err: err}
+	}
+	return nil
+}
+
+// rename returns a bare errno; Rename adds the names. Callers hold fs.mu.
+func (fs *MemFS) rename(oldname, newname string) error {
+	odir, obase, err := fs.parent(oldname)
+	if err != nil {
+		return err
+	}
+	n, ok := odir.children[obase]
+	if !ok {
+		return syscall.ENOENT
+	}
+	ndir, nbase, err := fs.parent(newname)
+	if err != nil {
+		return err
+	}
+	target := ndir.children[nbase]
+	if target == n {
+		return nil
+	}
+	if err := canReplace(n, target); err != nil {
+		return err
+	}
+	if n.dir && isBelow(split(newname), split(oldname)) {
+		return syscall.EINVAL
+	}
+	delete(odir.children, obase)
+	ndir.children[nbase] = n
+	return nil
+}
+
+// canReplace reports whether src may be renamed over dst (nil: no entry).
+func canReplace(src, dst *memNode) error {
+	switch {
+	case dst == nil:
+		return nil
+	case !src.dir && dst.dir:
+		return syscall.EISDIR
+	case src.dir && !dst.dir:
+		return syscall.ENOTDIR
+	case src.dir && len(dst.children) > 0:
+		return syscall.ENOTEMPTY
+	}
+	return nil
+}
+
+// isBelow reports whether path p lies strictly inside directory d.
+func isBelow(p, d []string) bool {
+	return len(p) > len(d) && slices.Equal(p[:len(d)], d)
+}
+
+// Remove removes a file or an empty directory.
+func (fs *MemFS) Remove(name string) error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	dir, base, err := fs.parent(name)
+	if err != nil {
+		return pathErr("remove", name, err)
+	}
+	n, ok := dir.children[base]
+	if !ok {
+		return pathErr("remove", name, syscall.ENOENT)
+	}
+	if n.dir && len(n.children) > 0 {
+		return pathErr("remove", name, syscall.ENOTEMPTY)
+	}
+	delete(dir.children, base)
+	return nil
+}
+
+// RemoveAll detaches a directory tree from its parent. The detached inodes
+// keep their synced state, so if the parent is not synced afterwards the
+// whole tree comes back after a crash, as it was last synced. The root
+// cannot be removed (os.RemoveAll likewise refuses ".").
+func (fs *MemFS) RemoveAll(name string) error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	dir, base, err := fs.parent(name)
+	if errors.Is(err, syscall.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return pathErr("unlinkat", name, err)
+	}
+	delete(dir.children, base)
+	return nil
+}
+
+// MkdirAll creates dir and any missing parents. New directories survive a
+// crash only once their parent has been synced.
+func (fs *MemFS) MkdirAll(dir string, perm os.FileMode) error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	n := fs.root
+	for _, c := range split(dir) {
+		child, ok := n.children[c]
+		if !ok {
+			child = newDirNode(perm)
+			n.children[c] = child
+		} else if !child.dir {
+			return pathErr("mkdir", dir, syscall.ENOTDIR)
+		}
+		n = child
+	}
+	return nil
+}
+
+// List returns the sorted names of a directory's live entries.
+func (fs *MemFS) List(dir string) ([]string, error) {
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	n, err := fs.lookup(dir)
+	if err != nil {
+		return nil, pathErr("open", dir, err)
+	}
+	if !n.dir {
+		return nil, pathErr("readdirent", dir, syscall.ENOTDIR)
+	}
+	return slices.Sorted(maps.Keys(n.children)), nil
+}
+
+// Stat describes the named file or directory.
+func (fs *MemFS) Stat(name string) (os.FileInfo, error) {
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	n, err := fs.lookup(name)
+	if err != nil {
+		return nil, pathErr("stat", name, err)
+	}
+	return n.info(name), nil
+}
+
+// CrashClone returns a new, independent MemFS holding what a power loss
+// would leave now: every file's bytes as of its last Sync and every
+// directory's entries as of its last directory sync, reachable from the
+// root. Open files of the receiver do not carry over; the receiver itself
+// is unchanged and may be used further.
+func (fs *MemFS) CrashClone() *MemFS {
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	return &MemFS{root: crashCopy(fs.root, map[*memNode]*memNode{})}
+}
+
+// crashCopy copies the durable view of n. seen keeps an inode that two
+// durable entries name (a rename whose source and target directories were
+// both synced at different times) one inode in the copy, and stops the
+// recursion should durable entries of separately synced directories form a
+// cycle.
+func crashCopy(n *memNode, seen map[*memNode]*memNode) *memNode {
+	if c, ok := seen[n]; ok {
+		return c
+	}
+	c := &memNode{dir: n.dir, mode: n.mode}
+	seen[n] = c
+	if !n.dir {
+		c.data = bytes.Clone(n.synced)
+		c.sync()
+		return c
+	}
+	c.children = make(map[string]*memNode, len(n.durable))
+	for name, child := range n.durable {
+		c.children[name] = crashCopy(child, seen)
+	}
+	c.durable = maps.Clone(c.children)
+	return c
+}
+
+// String lists every reachable file and directory, one a line, in path
+// order: files with their live and synced sizes, and "(entry not synced)"
+// where a crash would lose the entry itself.
+func (fs *MemFS) String() string {
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	var b strings.Builder
+	b.WriteString("/\n")
+	dump(&b, fs.root, "/", map[*memNode]bool{fs.root: true})
+	return b.String()
+}
+
+func dump(b *strings.Builder, dir *memNode, prefix string, seen map[*memNode]bool) {
+	for _, name := range slices.Sorted(maps.Keys(dir.children)) {
+		n := dir.children[name]
+		note := ""
+		if dir.durable[name] != n {
+			note = " (entry not synced)"
+		}
+		if !n.dir {
+			fmt.Fprintf(b, "%s%s size=%d synced=%d%s\n", prefix, name, len(n.data), len(n.synced), note)
+			continue
+		}
+		fmt.Fprintf(b, "%s%s/%s\n", prefix, name, note)
+		if !seen[n] {
+			seen[n] = true
+			dump(b, n, prefix+name+"/", seen)
+		}
+	}
+}
+
+// sync records the live bytes as the durable ones, sharing the array.
+func (n *memNode) sync() {
+	n.synced = n.data[:len(n.data):len(n.data)]
+	n.shared = true
+}
+
+// unshareFrom copies data before bytes at or after off are modified, if
+// synced could otherwise see the change.
+func (n *memNode) unshareFrom(off int64) {
+	if n.shared && off < int64(len(n.synced)) {
+		n.data = bytes.Clone(n.data)
+		n.shared = false
+	}
+}
+
+// resize truncates or zero-extends the live bytes.
+func (n *memNode) resize(size int64) {
+	if size <= int64(len(n.data)) {
+		n.data = n.data[:size]
+		return
+	}
+	n.unshareFrom(int64(len(n.data)))
+	n.data = append(n.data, make([]byte, size-int64(len(n.data)))...)
+}
+
+func (n *memNode) writeAt(p []byte, off int64) {
+	if end := off + int64(len(p)); end > int64(len(n.data)) {
+		n.resize(end)
+	}
+	n.unshareFrom(off)
+	copy(n.data[off:], p)
+}
+
+func (n *memNode) info(name string) os.FileInfo {
+	return memInfo{name: filepath.Base(filepath.Join("/", name)), size: int64(len(n.data)), mode: n.mode}
+}
+
+// memInfo is the os.FileInfo of a MemFS inode.
+type memInfo struct {
+	name string
+	size int64
+	mode os.FileMode
+}
+
+func (i memInfo) Name() string       { return i.name }
+func (i memInfo) Size() int64        { return i.size }
+func (i memInfo) Mode() os.FileMode  { return i.mode }
+func (i memInfo) ModTime() time.Time { return time.Time{} }
+func (i memInfo) IsDir() bool        { return i.mode.IsDir() }
+func (i memInfo) Sys() any           { return nil }
+
+// memFile is an open MemFS file or directory. Its fields are guarded by
+// fs.mu like the inode's, so a removed or renamed file stays readable and
+// writable through handles opened before, as on POSIX.
+type memFile struct {
+	fs       *MemFS
+	n        *memNode
+	name     string
+	pos      int64
+	writable bool
+	closed   bool
+}
+
+// check reports why the handle cannot do op, or nil. Callers hold fs.mu.
+func (f *memFile) check(op string, write bool) error {
+	switch {
+	case f.closed:
+		return pathErr(op, f.name, os.ErrClosed)
+	case write && (!f.writable || f.n.dir):
+		return pathErr(op, f.name, syscall.EBADF)
+	}
+	return nil
+}
+
+// checkRead is check for reading bytes, which a directory has none of.
+func (f *memFile) checkRead(op string) error {
+	if err := f.check(op, false); err != nil {
+		return err
+	}
+	if f.n.dir {
+		return pathErr(op, f.name, syscall.EISDIR)
+	}
+	return nil
+}
+
+func (f *memFile) Read(p []byte) (int, error) {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.checkRead("read"); err != nil {
+		return 0, err
+	}
+	n, err := f.readAt(p, f.pos)
+	f.pos += int64(n)
+	return n, err
+}
+
+// ReadAt is safe for concurrent callers: it holds the read lock and does
+// not move the file offset.
+func (f *memFile) ReadAt(p []byte, off int64) (int, error) {
+	f.fs.mu.RLock()
+	defer f.fs.mu.RUnlock()
+	if err := f.checkRead("readat"); err != nil {
+		return 0, err
+	}
+	if off < 0 {
+		return 0, pathErr("readat", f.name, syscall.EINVAL)
+	}
+	return f.readAt(p, off)
+}
+
+func (f *memFile) readAt(p []byte, off int64) (int, error) {
+	if off >= int64(len(f.n.data)) {
+		return 0, io.EOF
+	}
+	n := copy(p, f.n.data[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+func (f *memFile) Write(p []byte) (int, error) {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.check("write", true); err != nil {
+		return 0, err
+	}
+	f.n.writeAt(p, f.pos)
+	f.pos += int64(len(p))
+	return len(p), nil
+}
+
+// Sync makes a file's bytes, or a directory's entries, durable.
+func (f *memFile) Sync() error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.check("sync", false); err != nil {
+		return err
+	}
+	if f.n.dir {
+		f.n.durable = maps.Clone(f.n.children)
+	} else {
+		f.n.sync()
+	}
+	return nil
+}
+
+func (f *memFile) Stat() (os.FileInfo, error) {
+	f.fs.mu.RLock()
+	defer f.fs.mu.RUnlock()
+	if err := f.check("stat", false); err != nil {
+		return nil, err
+	}
+	return f.n.info(f.name), nil
+}
+
+// Preallocate is a no-op: memory is not reserved ahead.
+func (f *memFile) Preallocate(off, n int64) error {
+	f.fs.mu.RLock()
+	defer f.fs.mu.RUnlock()
+	return f.check("fallocate", false)
+}
+
+func (f *memFile) Truncate(size int64) error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.check("truncate", false); err != nil {
+		return err
+	}
+	if !f.writable || f.n.dir || size < 0 {
+		// ftruncate(2) answers EINVAL for a descriptor not open for writing.
+		return pathErr("truncate", f.name, syscall.EINVAL)
+	}
+	f.n.resize(size)
+	return nil
+}
+
+func (f *memFile) Close() error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.check("close", false); err != nil {
+		return err
+	}
+	f.closed = true
+	return nil
+}

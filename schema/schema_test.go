@@ -1,0 +1,186 @@
+package schema
+
+import (
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestBuildRejectsBadRows(t *testing.T) {
+	s := Rollout()
+	good := func() Row {
+		return Row{"id": "a", "prompt": "p", "completion": "c", "reward": 1.5, "metadata": `{"k":1}`}
+	}
+	cases := []struct {
+		name   string
+		edit   func(Row)
+		column string
+		reason string
+	}{
+		{"missing id", func(r Row) { delete(r, "id") }, "id", "missing id"},
+		{"empty id", func(r Row) { r["id"] = "" }, "id", "empty id"},
+		{"numeric id", func(r Row) { r["id"] = 7.0 }, "id", "must be a string"},
+		{"oversize id", func(r Row) { r["id"] = strings.Repeat("x", MaxIDBytes+1) }, "id", "more than the limit"},
+		{"invalid utf8 id", func(r Row) { r["id"] = "a\xffb" }, "id", "UTF-8"},
+		{"unknown column", func(r Row) { r["rewrd"] = 1.0 }, "rewrd", "unknown column"},
+		{"missing required", func(r Row) { delete(r, "prompt") }, "prompt", "non-nullable"},
+		{"wrong type", func(r Row) { r["reward"] = "high" }, "reward", "want float64, got string"},
+		{"nan", func(r Row) { r["reward"] = nanValue() }, "reward", "finite"},
+		{"bad json", func(r Row) { r["metadata"] = "{nope" }, "metadata", "not valid JSON"},
+		{"string gets number", func(r Row) { r["completion"] = 3.0 }, "completion", "want string, got number"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ok := good()
+			bad := good()
+			bad["id"] = "b"
+			tc.edit(bad)
+			_, err := s.Build([]Row{ok, bad})
+			var re *RowError
+			if !errors.As(err, &re) || !errors.Is(err, ErrInvalidRow) {
+				t.Fatalf("want *RowError, got %v", err)
+			}
+			if re.Row != 1 || re.Column != tc.column || !strings.Contains(re.Reason, tc.reason) {
+				t.Fatalf("got row %d column %q reason %q; want row 1 column %q reason containing %q",
+					re.Row, re.Column, re.Reason, tc.column, tc.reason)
+			}
+		})
+	}
+}
+
+func nanValue() float64 {
+	var zero float64
+	return zero / zero
+}
+
+func TestBuildAcceptsJSONShapes(t *testing.T) {
+	s := Rollout()
+	rows := []Row{
+		{"id": "a", "prompt": "p", "completion": "c", "metadata": map[string]any{"k": []any{1.0, "x"}}},
+		{"id": "b", "prompt": "p", "completion": "c", "reward": json.Number("2"), "metadata": nil},
+		{"id": "c", "prompt": "p", "completion": "c", "reward": 3, "metadata": []byte(`[1,2]`)},
+	}
+	b, err := s.Build(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Value(3, 0); got != `{"k":[1,"x"]}` {
+		t.Fatalf("metadata = %v", got)
+	}
+	if b.Value(2, 0) != nil || b.Value(2, 1) != 2.0 || b.Value(2, 2) != 3.0 {
+		t.Fatalf("reward column = %v %v %v", b.Value(2, 0), b.Value(2, 1), b.Value(2, 2))
+	}
+}
+
+func TestSchemaValidation(t *testing.T) {
+	for _, cols := range [][]Column{
+		nil,
+		{{Name: "id", Type: String}},
+		{{Name: "_x", Type: String}},
+		{{Name: "a", Type: String}, {Name: "a", Type: Int64}},
+		{{Name: "a", Type: Type(9)}},
+	} {
+		if _, err := New(cols); err == nil {
+			t.Errorf("New(%v) accepted an invalid schema", cols)
+		}
+	}
+	if Rollout().Fingerprint() == mustNew(t, []Column{{Name: "prompt", Type: String}}).Fingerprint() {
+		t.Fatal("different schemas share a fingerprint")
+	}
+}
+
+func mustNew(t *testing.T, cols []Column) *Schema {
+	s, err := New(cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestEncodeRoundTrip encodes random batches of every type and decodes them.
+func TestEncodeRoundTrip(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	s := mustNew(t, []Column{
+		{Name: "s", Type: String, Nullable: true}, {Name: "i", Type: Int64},
+		{Name: "f", Type: Float64, Nullable: true}, {Name: "b", Type: Bool, Nullable: true},
+		{Name: "j", Type: JSON},
+	})
+	for iter := 0; iter < 200; iter++ {
+		rows := make([]Row, rng.IntN(20))
+		for k := range rows {
+			rows[k] = Row{"id": string(rune('a'+k)) + "x", "i": int64(rng.Uint64()), "j": "[1]"}
+			if rng.IntN(2) == 0 {
+				rows[k]["s"] = strings.Repeat("z", rng.IntN(40))
+			}
+			if rng.IntN(2) == 0 {
+				rows[k]["f"] = rng.Float64()
+			}
+			if rng.IntN(3) > 0 {
+				rows[k]["b"] = rng.IntN(2) == 0
+			}
+		}
+		b, err := s.Build(rows)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Decode(b.Encode(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for c := range s.Columns {
+			for i := range rows {
+				if !reflect.DeepEqual(got.Value(c, i), b.Value(c, i)) {
+					t.Fatalf("row %d col %d: got %v want %v", i, c, got.Value(c, i), b.Value(c, i))
+				}
+			}
+		}
+	}
+}
+
+func TestDecodeRefusesDamage(t *testing.T) {
+	s := Rollout()
+	b, err := s.Build([]Row{{"id": "a", "prompt": "p", "completion": "c", "reward": 1.0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := b.Encode(nil)
+	for cut := 0; cut < len(enc); cut++ {
+		if _, err := s.Decode(enc[:cut]); !errors.Is(err, ErrBadEncoding) {
+			t.Fatalf("truncated at %d: got %v", cut, err)
+		}
+	}
+	if _, err := s.Decode(append(enc, 0)); !errors.Is(err, ErrBadEncoding) {
+		t.Fatalf("trailing byte accepted: %v", err)
+	}
+	other := mustNew(t, []Column{{Name: "x", Type: Int64}})
+	if _, err := other.Decode(enc); !errors.Is(err, ErrBadEncoding) {
+		t.Fatalf("decoded under another schema: %v", err)
+	}
+}
+
+func FuzzBatchDecode(f *testing.F) {
+	s := Rollout()
+	b, _ := s.Build([]Row{{"id": "a", "prompt": "p", "completion": "c", "reward": 1.0, "metadata": "{}"}})
+	f.Add(b.Encode(nil))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, err := s.Decode(data)
+		if err != nil {
+			return
+		}
+		// Whatever decodes survives a re-encoding unchanged.
+		enc := got.Encode(nil)
+		again, err := s.Decode(enc)
+		if err != nil {
+			t.Fatalf("re-encoding does not decode: %v", err)
+		}
+		if string(again.Encode(nil)) != string(enc) {
+			t.Fatalf("re-encoding changed the batch")
+		}
+	})
+}

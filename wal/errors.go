@@ -1,0 +1,47 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrCorruption marks damage that Open or Replay will not repair: a bad
+	// record with a valid one after it, a torn record that is not at the
+	// end of its epoch, or positions that are not dense. Every
+	// *CorruptionError satisfies errors.Is(err, ErrCorruption).
+	ErrCorruption = errors.New("wal: corruption")
+	// ErrClosed is returned by calls on a closed WAL.
+	ErrClosed = errors.New("wal: closed")
+	// ErrFailed marks a WAL that stopped after a write or sync failed. The
+	// failure is permanent: an fsync error may have dropped dirty pages, so
+	// nothing written since the last good sync can be trusted. The error
+	// also wraps the cause, so errors.Is(err, syscall.ENOSPC) works.
+	ErrFailed = errors.New("wal: failed")
+	// ErrNewerEpoch is returned by Open when the directory holds segments
+	// of an epoch newer than Options.Epoch: another writer has taken over,
+	// so this one must not append.
+	ErrNewerEpoch = errors.New("wal: a newer epoch has written to the log")
+)
+
+// CorruptionError locates damage: the segment file (its name within the
+// WAL directory) and the byte offset of the first bad record.
+type CorruptionError struct {
+	Segment string
+	Offset  int64
+	Err     error
+}
+
+func (e *CorruptionError) Error() string {
+	return fmt.Sprintf("wal: corrupt segment %s at offset %d: %v", e.Segment, e.Offset, e.Err)
+}
+
+// Is makes errors.Is(err, ErrCorruption) hold.
+func (e *CorruptionError) Is(target error) bool { return target == ErrCorruption }
+
+// Unwrap returns the cause.
+func (e *CorruptionError) Unwrap() error { return e.Err }
+
+// failed wraps the cause of a failure so that both ErrFailed and the cause
+// match errors.Is.
+func failed(cause error) error { return fmt.Errorf("%w: %w", ErrFailed, cause) }

@@ -1,0 +1,184 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/rollwal/rollwal/internal/vfs"
+)
+
+// Open opens the WAL in opts.Dir for a writer of opts.Epoch. It scans every
+// segment of every epoch, repairs torn tails (see the package
+// documentation for the corruption policy), makes what it found durable,
+// and starts a new segment for opts.Epoch. The first record appended gets
+// position Tail()+1.
+func Open(opts Options) (*WAL, error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	w, err := newWAL(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.open(); err != nil {
+		w.codec.close()
+		return nil, fmt.Errorf("wal: open %s: %w", opts.Dir, err)
+	}
+	w.log.Info("wal opened", "dir", w.dir, "epoch", opts.Epoch, "segments", len(w.segments),
+		"tail", w.assigned, "active", w.active.name, "duration", time.Since(start))
+	go w.runSyncer()
+	return w, nil
+}
+
+func newWAL(opts Options) (*WAL, error) {
+	c, err := newCodec(opts.Compression)
+	if err != nil {
+		return nil, err
+	}
+	w := &WAL{
+		opts:       opts,
+		fs:         opts.FS,
+		dir:        opts.Dir,
+		log:        opts.Logger.With("component", "wal"),
+		m:          newMetrics(opts.Registerer),
+		codec:      c,
+		pending:    new(batch),
+		spare:      new(batch),
+		syncerDone: make(chan struct{}),
+	}
+	w.work.L = &w.mu
+	w.progress.L = &w.mu
+	return w, nil
+}
+
+// open does the work of Open before the syncer starts; nothing else runs.
+func (w *WAL) open() error {
+	if err := w.ensureDir(); err != nil {
+		return err
+	}
+	segs, err := w.listSegments()
+	if err != nil {
+		return err
+	}
+	if err := w.recover(segs); err != nil {
+		return err
+	}
+	next, err := w.nextIndex(segs)
+	if err != nil {
+		return err
+	}
+	seg, f, err := w.createSegment(next)
+	if err != nil {
+		return err
+	}
+	w.segments = append(segs, seg)
+	w.active, w.file = seg, f
+	return nil
+}
+
+// ensureDir creates the directory and any missing parents, and syncs the
+// directory holding each new entry, so that the whole path survives a
+// crash.
+func (w *WAL) ensureDir() error {
+	missing, err := missingDirs(w.fs, w.dir)
+	if err != nil || len(missing) == 0 {
+		return err
+	}
+	if err := w.fs.MkdirAll(w.dir, 0o755); err != nil {
+		return err
+	}
+	// missing runs from w.dir up; its entries live in their parents.
+	for _, d := range missing {
+		if err := syncDir(w.fs, filepath.Dir(d)); err != nil {
+			return err
+		}
+	}
+	return syncDir(w.fs, w.dir)
+}
+
+// missingDirs returns dir and those of its ancestors that do not exist,
+// deepest first.
+func missingDirs(fsys vfs.FS, dir string) ([]string, error) {
+	var missing []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		_, err := fsys.Stat(d)
+		if err == nil {
+			return missing, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			return missing, nil
+		}
+	}
+}
+
+// listSegments parses the directory's names into segments ordered by
+// epoch, then index. Any other name is an error: the directory belongs to
+// the WAL, and a stray file is a sign of a wrong path or of damage.
+func (w *WAL) listSegments() ([]*segment, error) {
+	names, err := w.fs.List(w.dir)
+	if err != nil {
+		return nil, err
+	}
+	var segs []*segment
+	for _, name := range names {
+		epoch, index, ok := parseSegmentName(name)
+		if !ok {
+			return nil, fmt.Errorf("wal: unexpected file %q in the WAL directory", name)
+		}
+		if epoch > w.opts.Epoch {
+			return nil, fmt.Errorf("%w: segment %s is of epoch %d, this writer's is %d",
+				ErrNewerEpoch, name, epoch, w.opts.Epoch)
+		}
+		segs = append(segs, &segment{epoch: epoch, index: index, name: name})
+	}
+	// Zero-padded names sort by epoch then index; sort anyway rather
+	// than trust the FS's order.
+	slices.SortFunc(segs, func(a, b *segment) int {
+		if a.epoch != b.epoch {
+			return cmpUint(a.epoch, b.epoch)
+		}
+		return cmpUint(a.index, b.index)
+	})
+	return segs, nil
+}
+
+func cmpUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// nextIndex returns the index of the segment this epoch starts now: one
+// past its last, so that Open never appends to an existing file. An epoch
+// that already holds records may only continue if it still holds the
+// tail; otherwise its positions could not stay dense.
+func (w *WAL) nextIndex(segs []*segment) (uint64, error) {
+	next, last := uint64(1), uint64(0)
+	for _, s := range segs {
+		if s.epoch == w.opts.Epoch {
+			next = s.index + 1
+			if s.holds() {
+				last = s.last
+			}
+		}
+	}
+	if last != 0 && last != w.assigned {
+		return 0, fmt.Errorf("wal: epoch %d ends at position %d but another epoch wrote up to %d; open with a new epoch",
+			w.opts.Epoch, last, w.assigned)
+	}
+	return next, nil
+}

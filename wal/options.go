@@ -1,0 +1,132 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rollwal/rollwal/internal/vfs"
+)
+
+// DefaultSegmentSize is the roll threshold when Options.SegmentSize is 0.
+const DefaultSegmentSize = 64 << 20
+
+// maxSegmentSize keeps a segment's offsets far from any overflow.
+const maxSegmentSize = 1 << 40
+
+// Compression is a record payload codec. The numeric values are wire
+// format: they are stored in each record's flags.
+type Compression uint8
+
+const (
+	None Compression = 0 // payload stored as given
+	S2   Compression = 1 // klauspost s2 block format
+	Zstd Compression = 2 // one zstd frame, SpeedFastest, no frame checksum
+)
+
+var compressionNames = [...]string{None: "none", S2: "s2", Zstd: "zstd"}
+
+func (c Compression) valid() bool { return int(c) < len(compressionNames) }
+
+func (c Compression) String() string {
+	if c.valid() {
+		return compressionNames[c]
+	}
+	return fmt.Sprintf("Compression(%d)", uint8(c))
+}
+
+// ParseCompression parses "none", "s2" or "zstd"; "" means none, so an
+// unset configuration field keeps the default.
+func ParseCompression(s string) (Compression, error) {
+	if s == "" {
+		return None, nil
+	}
+	for c, name := range compressionNames {
+		if s == name {
+			return Compression(c), nil
+		}
+	}
+	return None, fmt.Errorf("wal: unknown compression %q (want none, s2 or zstd)", s)
+}
+
+// MarshalText lets configuration files spell a Compression by name.
+func (c Compression) MarshalText() ([]byte, error) {
+	if !c.valid() {
+		return nil, fmt.Errorf("wal: unknown compression %d", uint8(c))
+	}
+	return []byte(c.String()), nil
+}
+
+// UnmarshalText is the inverse of MarshalText.
+func (c *Compression) UnmarshalText(b []byte) error {
+	v, err := ParseCompression(string(b))
+	if err == nil {
+		*c = v
+	}
+	return err
+}
+
+// Options configure a WAL. The zero value of every field but Dir and Epoch
+// is usable after EnsureDefaults.
+type Options struct {
+	// FS is the filesystem; nil means vfs.Default.
+	FS vfs.FS
+	// Dir is the shard's WAL directory. Open creates it and any missing
+	// parents, and syncs each new entry's directory, so that it survives
+	// a crash.
+	Dir string
+	// Epoch is the writer epoch appending now (> 0). New segments are
+	// named for it; segments of a newer epoch make Open fail.
+	Epoch uint64
+	// SegmentSize is the roll threshold in bytes; 0 means
+	// DefaultSegmentSize. A segment holds at most SegmentSize bytes unless
+	// one record alone is larger.
+	SegmentSize int64
+	// Preallocate reserves SegmentSize bytes for each new segment, which
+	// spares fdatasync the metadata commit of a growing file. It is always
+	// on: EnsureDefaults sets it, because a bool cannot tell "unset" from
+	// "off". It stays in Options so that callers may state it explicitly.
+	Preallocate bool
+	// Compression is the codec tried on every record payload; a payload is
+	// stored raw when the codec does not shrink it. Default None.
+	Compression Compression
+	// Logger receives recovery and failure reports; nil discards them.
+	Logger *slog.Logger
+	// Registerer receives the writer_wal_* metrics; nil registers nothing.
+	// Several WALs may share one Registerer: they then share the metrics
+	// (wrap it with prometheus.WrapRegistererWith to tell them apart).
+	Registerer prometheus.Registerer
+}
+
+// EnsureDefaults fills the fields left at their zero value.
+func (o *Options) EnsureDefaults() {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.SegmentSize == 0 {
+		o.SegmentSize = DefaultSegmentSize
+	}
+	o.Preallocate = true
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate reports every field that is out of range.
+func (o *Options) Validate() error {
+	var errs []error
+	check := func(bad bool, format string, args ...any) {
+		if bad {
+			errs = append(errs, fmt.Errorf("wal: "+format, args...))
+		}
+	}
+	check(o.FS == nil, "no filesystem")
+	check(o.Dir == "", "no directory")
+	check(o.Epoch == 0, "epoch must be > 0")
+	check(o.SegmentSize < 0 || o.SegmentSize > maxSegmentSize,
+		"segment size %d out of range [0, %d]", o.SegmentSize, int64(maxSegmentSize))
+	check(!o.Compression.valid(), "unknown compression %d", uint8(o.Compression))
+	return errors.Join(errs...)
+}

@@ -1,0 +1,101 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+)
+
+// recover scans every segment, epoch by epoch, checks that each epoch's
+// positions are dense, repairs the torn tail of each epoch's last segment
+// and sets the tail. On return every record found is durable: each
+// epoch's last segment (the only one that can hold unsynced bytes, since a
+// roll syncs the segment it seals) has been synced.
+func (w *WAL) recover(segs []*segment) error {
+	var next uint64 // the position the epoch's next record must start at; 0: any
+	for i, s := range segs {
+		if i > 0 && segs[i-1].epoch != s.epoch {
+			next = 0
+		}
+		lastOfEpoch := i == len(segs)-1 || segs[i+1].epoch != s.epoch
+		w.log.Debug("wal: scanning segment", "segment", s.name, "n", i+1, "total", len(segs))
+		if err := w.recoverSegment(s, next, lastOfEpoch); err != nil {
+			return err
+		}
+		if s.holds() {
+			next = s.last + 1
+		}
+		w.assigned = max(w.assigned, s.last)
+	}
+	w.written, w.synced = w.assigned, w.assigned
+	return nil
+}
+
+// recoverSegment scans one segment, whose first record must start at
+// position next unless next is 0.
+func (w *WAL) recoverSegment(s *segment, next uint64, lastOfEpoch bool) error {
+	res, size, err := w.scanFile(s, next)
+	if err != nil {
+		return err
+	}
+	s.size = res.end
+	if res.torn && !lastOfEpoch {
+		return &CorruptionError{Segment: s.name, Offset: res.end,
+			Err: fmt.Errorf("torn record in a segment that is not the last of epoch %d: %w", s.epoch, res.why)}
+	}
+	if !lastOfEpoch {
+		return nil
+	}
+	if res.torn {
+		w.log.Warn("wal: truncating torn tail", "segment", s.name, "offset", res.end,
+			"dropped_bytes", size-res.end, "reason", res.why)
+	}
+	return w.truncateAndSync(s, size)
+}
+
+// scanFile scans segment s, recording its position range and checking
+// that records continue from next (when non-zero) without gaps. It returns
+// the scan result and the file's size.
+func (w *WAL) scanFile(s *segment, next uint64) (scanResult, int64, error) {
+	f, err := w.fs.Open(filepath.Join(w.dir, s.name))
+	if err != nil {
+		return scanResult{}, 0, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return scanResult{}, 0, err
+	}
+	res, err := scanSegment(f, info.Size(), s.name, s.epoch, func(h recordHeader, off int64) error {
+		if next != 0 && h.FirstPos != next {
+			return &CorruptionError{Segment: s.name, Offset: off,
+				Err: fmt.Errorf("%w: record of epoch %d starts at position %d, expected %d", errGap, s.epoch, h.FirstPos, next)}
+		}
+		if !s.holds() {
+			s.first = h.FirstPos
+		}
+		s.last = h.lastPos()
+		next = s.last + 1
+		return nil
+	})
+	return res, info.Size(), err
+}
+
+// truncateAndSync cuts the segment to its valid records, when something
+// follows them, and syncs it so that everything Open reports is durable.
+func (w *WAL) truncateAndSync(s *segment, size int64) (err error) {
+	f, err := w.fs.OpenReadWrite(filepath.Join(w.dir, s.name))
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, f.Close()) }()
+	if s.size < size {
+		if err := f.Truncate(s.size); err != nil {
+			return fmt.Errorf("truncate %s: %w", s.name, err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", s.name, err)
+	}
+	return nil
+}

@@ -1,0 +1,79 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"slices"
+)
+
+// RemoveThrough deletes the segments whose records all lie at or below
+// cursor (segments without records included). It never deletes the
+// active segment, nor, while the active segment is still empty, the
+// segment holding the tail: that segment is what tells the next Open where
+// positions continue. Segments are deleted oldest first, with a directory
+// sync after each, so that a crash leaves a prefix of them deleted, never
+// a hole in an epoch's positions.
+func (w *WAL) RemoveThrough(cursor uint64) error {
+	w.removeMu.Lock()
+	defer w.removeMu.Unlock()
+	victims, err := w.removable(cursor)
+	if err != nil {
+		return err
+	}
+	for _, s := range victims {
+		err := w.fs.Remove(filepath.Join(w.dir, s.name))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("wal: remove segment: %w", err)
+		}
+		if err := syncDir(w.fs, w.dir); err != nil {
+			// Like a failed fsync, a failed directory sync leaves
+			// the directory's durable state unknown.
+			w.fail(err)
+			return w.Err()
+		}
+		w.forget(s)
+		w.log.Debug("wal: removed segment", "segment", s.name, "last", s.last, "cursor", cursor)
+	}
+	return nil
+}
+
+// removable lists the segments RemoveThrough may delete, oldest first.
+func (w *WAL) removable(cursor uint64) ([]*segment, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.usable(); err != nil {
+		return nil, err
+	}
+	var keep *segment
+	if !w.active.holds() {
+		keep = w.tailSegment()
+	}
+	var victims []*segment
+	for _, s := range w.segments {
+		if s != w.active && s != keep && s.last <= cursor {
+			victims = append(victims, s)
+		}
+	}
+	return victims, nil
+}
+
+// tailSegment returns the segment holding the highest position, or nil.
+// Callers hold mu.
+func (w *WAL) tailSegment() *segment {
+	var tail *segment
+	for _, s := range w.segments {
+		if s.holds() && (tail == nil || s.last > tail.last) {
+			tail = s
+		}
+	}
+	return tail
+}
+
+// forget drops a deleted segment from the list.
+func (w *WAL) forget(s *segment) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.segments = slices.DeleteFunc(w.segments, func(x *segment) bool { return x == s })
+}

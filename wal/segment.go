@@ -1,0 +1,135 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"io"
+)
+
+// segment describes one segment file. The syncer updates the active
+// segment's size and last under WAL.mu; other segments never change.
+type segment struct {
+	epoch, index uint64
+	name         string
+	size         int64  // bytes of whole, valid records
+	first, last  uint64 // positions covered; first == 0 while empty
+}
+
+// holds reports whether the segment has at least one record.
+func (s *segment) holds() bool { return s.first != 0 }
+
+// intersects reports whether a record of the segment may cover a position
+// in (from, to].
+func (s *segment) intersects(from, to uint64) bool {
+	return s.holds() && s.last > from && s.first <= to
+}
+
+// readAhead is how much a window reads at once: big enough that a
+// sequential scan costs one read per many records.
+const readAhead = 1 << 20
+
+// window reads a file sequentially through a buffer, handing out slices of
+// it. A slice is valid until the next call.
+type window struct {
+	r    io.ReaderAt
+	size int64 // bytes of the file that may be read
+	buf  []byte
+	off  int64 // file offset of buf[0]
+}
+
+// at returns the n bytes at off, or fewer where size ends first.
+func (w *window) at(off int64, n int) ([]byte, error) {
+	n = int(min(int64(n), w.size-off))
+	if off >= w.off && off+int64(n) <= w.off+int64(len(w.buf)) {
+		return w.buf[off-w.off:][:n], nil
+	}
+	want := int(min(int64(max(n, readAhead)), w.size-off))
+	w.buf = grow(w.buf, want)
+	got, err := w.r.ReadAt(w.buf, off)
+	if err != nil && !(errors.Is(err, io.EOF) && got == want) {
+		w.buf, w.off = w.buf[:0], 0
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF // the file shrank under us
+		}
+		return nil, err
+	}
+	w.off = off
+	return w.buf[:n], nil
+}
+
+// next reads the record at off: its header and its stored payload. A
+// record that is not whole and valid is reported as a *CorruptionError.
+func (w *window) next(name string, epoch uint64, off int64) (recordHeader, []byte, error) {
+	b, err := w.at(off, headerSize)
+	if err != nil {
+		return recordHeader{}, nil, err
+	}
+	h, err := readHeader(b, epoch, w.size-off)
+	if err == nil {
+		b, err = w.at(off, int(h.size()))
+	}
+	if err == nil {
+		h, err = parseRecord(b, epoch)
+	}
+	if err == nil {
+		err = h.validate()
+	}
+	if err != nil {
+		return h, nil, &CorruptionError{Segment: name, Offset: off, Err: err}
+	}
+	return h, b[headerSize:], nil
+}
+
+// scanResult is what a scan of a segment found.
+type scanResult struct {
+	end  int64 // offset just past the last valid record
+	torn bool  // bytes after end hold no valid record and are not all zero
+	why  error // for a torn tail: why the first bad record is bad
+}
+
+// scanSegment reads a segment file of the given epoch from the start,
+// calling visit with each valid record and its offset. It stops at the
+// first bytes that are not a valid record and classifies what follows:
+// only zeros or nothing is the end of data; something else with no valid
+// record after it is a torn tail; a valid record after it is corruption,
+// returned as a *CorruptionError. A record whose CRC verified but whose
+// fields are invalid is corruption too. visit's error stops the scan and is
+// returned as is.
+func scanSegment(r io.ReaderAt, size int64, name string, epoch uint64,
+	visit func(h recordHeader, off int64) error) (scanResult, error) {
+	w := &window{r: r, size: size}
+	off := int64(0)
+	for off < size {
+		h, _, err := w.next(name, epoch, off)
+		var ce *CorruptionError
+		if errors.As(err, &ce) && !errors.Is(ce.Err, errInvalid) {
+			return classifyTail(r, size, name, epoch, off, ce.Err)
+		}
+		if err != nil {
+			return scanResult{}, err
+		}
+		if err := visit(h, off); err != nil {
+			return scanResult{}, err
+		}
+		off += h.size()
+	}
+	return scanResult{end: off}, nil
+}
+
+// classifyTail decides what the bytes from off, where a bad record starts,
+// to the end of the file are. It reads them whole: they are a torn tail
+// (short) in the common case, and a full segment at worst.
+func classifyTail(r io.ReaderAt, size int64, name string, epoch uint64, off int64, why error) (scanResult, error) {
+	rest := make([]byte, size-off)
+	if _, err := r.ReadAt(rest, off); err != nil && !errors.Is(err, io.EOF) {
+		return scanResult{}, err
+	}
+	if allZero(rest) {
+		return scanResult{end: off}, nil
+	}
+	if i := findRecord(rest[1:], epoch); i >= 0 {
+		return scanResult{}, &CorruptionError{Segment: name, Offset: off,
+			Err: fmt.Errorf("%w, and a valid record follows at offset %d", why, off+1+int64(i))}
+	}
+	return scanResult{end: off, torn: true, why: why}, nil
+}
