@@ -57,7 +57,9 @@ type Shard struct {
 	closeErr  error
 }
 
-func (s *Shard) walDir() string { return filepath.Join(s.opts.DataDir, s.opts.Table, "shards", s.name, "wal") }
+func (s *Shard) walDir() string {
+	return filepath.Join(s.opts.DataDir, s.opts.Table, "shards", s.name, "wal")
+}
 
 func openShard(ctx context.Context, o *Options, name string, lease clientv3.LeaseID, budget *memtable.Budget, m *metrics) (*Shard, error) {
 	s := &Shard{
