@@ -66,7 +66,7 @@ func benchIngest(b *testing.B, producers int, comp wal.Compression) {
 	}
 	batches, logical := prepare(b, producers)
 	lat := make([][]time.Duration, producers)
-	b.SetBytes(logical / int64(len(batches[0])) / ingestBatch)
+	b.SetBytes(logical / int64(producers*len(batches[0])))
 	b.ResetTimer()
 	start := time.Now()
 	var wg sync.WaitGroup

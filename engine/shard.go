@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -163,7 +162,7 @@ func (s *Shard) removeGarbage() error {
 		if keep[n] {
 			continue
 		}
-		if _, _, _, err := generation.ParseName(n); err != nil && !strings.HasPrefix(n, ".tmp-") {
+		if _, _, _, err := generation.ParseName(n); err != nil && !generation.IsTemp(n) {
 			continue // not ours: leave it alone
 		}
 		if err := s.opts.FS.Remove(filepath.Join(s.genDir, n)); err != nil {

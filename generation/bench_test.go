@@ -3,12 +3,14 @@ package generation
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/compress"
 
 	"github.com/rollwal/rollwal/internal/rolloutgen"
 	"github.com/rollwal/rollwal/internal/vfs"
@@ -79,12 +81,8 @@ func newBenchData(b *testing.B, n int) *benchData {
 // writePeer writes the rows with a bare parquet-go GenericWriter[peerRow],
 // configured like Write (codec, page size, row groups, id bloom filter),
 // and makes the file as durable as Write does (fsync, close).
-func writePeer(path string, opts Options, rows []peerRow) (int64, error) {
+func writePeer(path string, opts Options, codec compress.Codec, rows []peerRow) (int64, error) {
 	opts.EnsureDefaults()
-	codec, err := codecFor(opts.Codec)
-	if err != nil {
-		return 0, err
-	}
 	f, err := os.Create(path)
 	if err != nil {
 		return 0, err
@@ -120,13 +118,32 @@ func writePeer(path string, opts Options, rows []peerRow) (int64, error) {
 //	peer-rows/s         the bare writer's
 //	x-parquet-go        Write's rows/s over the bare writer's (target ≥ 0.9)
 //	disk-B/logical-B    file size over column bytes
+//
+// For Snappy the bare writer also runs with parquet-go's own Snappy codec
+// (s2's "better" encoder): x-parquet-go-snappy is what rollwal's fast Snappy
+// gains over the library default.
 func BenchmarkFlush(b *testing.B) {
 	bd := newBenchData(b, benchRows)
 	for _, codec := range []string{CodecSnappy, CodecZstd, CodecNone} {
 		b.Run(fmt.Sprintf("codec=%s/rows=%dk", codec, benchRows/1000), func(b *testing.B) {
-			runFlush(b, bd, Options{FS: vfs.Default, Codec: codec}, true)
+			same, err := codecFor(codec)
+			if err != nil {
+				b.Fatal(err)
+			}
+			peers := []flushPeer{{metric: "x-parquet-go", codec: same}}
+			if codec == CodecSnappy {
+				peers = append(peers, flushPeer{metric: "x-parquet-go-snappy", codec: &parquet.Snappy})
+			}
+			runFlush(b, bd, Options{FS: vfs.Default, Codec: codec}, peers)
 		})
 	}
+}
+
+// flushPeer is a bare parquet-go writer run next to Write.
+type flushPeer struct {
+	metric string // name of the ratio metric
+	codec  compress.Codec
+	time   time.Duration
 }
 
 // BenchmarkFlushShape measures the row-group and page sizes behind
@@ -136,42 +153,40 @@ func BenchmarkFlushShape(b *testing.B) {
 	for _, page := range []int{64 << 10, 256 << 10, 1 << 20} {
 		for _, rg := range []int{16 << 10, 64 << 10, 128 << 10} {
 			b.Run(fmt.Sprintf("page=%dK/rowgroup=%dk", page>>10, rg>>10), func(b *testing.B) {
-				runFlush(b, bd, Options{FS: vfs.Default, PageBufferSize: page, RowGroupRows: rg}, false)
+				runFlush(b, bd, Options{FS: vfs.Default, PageBufferSize: page, RowGroupRows: rg}, nil)
 			})
 		}
 	}
 }
 
-func runFlush(b *testing.B, bd *benchData, opts Options, paired bool) {
+func runFlush(b *testing.B, bd *benchData, opts Options, peers []flushPeer) {
 	dir := b.TempDir()
 	ctx := context.Background()
 	peerPath := filepath.Join(dir, "peer.parquet")
-	var peerTime time.Duration
 	var size int64
-	b.ReportAllocs()
-	b.ResetTimer()
-	peer := func() {
+	runPeers := func() {
 		b.StopTimer()
 		defer b.StartTimer()
-		if !paired {
-			return
+		for i := range peers {
+			start := time.Now()
+			if _, err := writePeer(peerPath, opts, peers[i].codec, bd.peer); err != nil {
+				b.Fatal(err)
+			}
+			peers[i].time += time.Since(start)
 		}
-		start := time.Now()
-		if _, err := writePeer(peerPath, opts, bd.peer); err != nil {
-			b.Fatal(err)
-		}
-		peerTime += time.Since(start)
 	}
+	b.ReportAllocs()
+	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		if i%2 == 1 {
-			peer() // alternate who goes first: neither always meets the other's writeback
+			runPeers() // alternate who goes first: neither always meets the other's writeback
 		}
 		f, err := Write(ctx, opts, dir, bd.s, Meta{Table: "bench", Shard: "0", Generation: uint64(i), Epoch: 1}, bd.d)
 		if err != nil {
 			b.Fatal(err)
 		}
 		if i%2 == 0 {
-			peer()
+			runPeers()
 		}
 		b.StopTimer()
 		size = f.Size
@@ -186,8 +201,77 @@ func runFlush(b *testing.B, bd *benchData, opts Options, paired bool) {
 	b.ReportMetric(rows/secs, "rows/s")
 	b.ReportMetric(float64(bd.logical)*float64(b.N)/secs/1e6, "MB/s")
 	b.ReportMetric(float64(size)/float64(bd.logical), "disk-B/logical-B")
-	if paired {
-		b.ReportMetric(rows/peerTime.Seconds(), "peer-rows/s")
-		b.ReportMetric(peerTime.Seconds()/secs, "x-parquet-go")
+	for i, p := range peers {
+		if i == 0 {
+			b.ReportMetric(rows/p.time.Seconds(), "peer-rows/s")
+		}
+		b.ReportMetric(p.time.Seconds()/secs, p.metric)
 	}
+}
+
+// BenchmarkRead reads one 100k-row generation per op with Read (columnar,
+// into a Batch), paired with a bare parquet-go GenericReader[peerRow]
+// reading the same file into structs. x-parquet-go is Read's rows/s over
+// the bare reader's.
+func BenchmarkRead(b *testing.B) {
+	bd := newBenchData(b, benchRows)
+	dir := b.TempDir()
+	f, err := Write(context.Background(), Options{}, dir, bd.s, Meta{Table: "bench", Shard: "0", Generation: 1, Epoch: 1}, bd.d)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var peerTime time.Duration
+	peer := func() {
+		b.StopTimer()
+		defer b.StartTimer()
+		start := time.Now()
+		if err := readPeer(f.Path); err != nil {
+			b.Fatal(err)
+		}
+		peerTime += time.Since(start)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if i%2 == 1 {
+			peer()
+		}
+		if _, _, err := Read(vfs.Default, f.Path, bd.s); err != nil {
+			b.Fatal(err)
+		}
+		if i%2 == 0 {
+			peer()
+		}
+	}
+	b.StopTimer()
+	secs := b.Elapsed().Seconds()
+	rows := float64(benchRows) * float64(b.N)
+	b.ReportMetric(rows/secs, "rows/s")
+	b.ReportMetric(float64(bd.logical)*float64(b.N)/secs/1e6, "MB/s")
+	b.ReportMetric(rows/peerTime.Seconds(), "peer-rows/s")
+	b.ReportMetric(peerTime.Seconds()/secs, "x-parquet-go")
+}
+
+func readPeer(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	pf, err := parquet.OpenFile(f, st.Size())
+	if err != nil {
+		return err
+	}
+	r := parquet.NewGenericReader[peerRow](pf)
+	defer r.Close()
+	rows := make([]peerRow, pf.NumRows())
+	n, err := r.Read(rows)
+	if int64(n) == pf.NumRows() && err == io.EOF {
+		err = nil
+	}
+	return err
 }

@@ -5,9 +5,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/parquet-go/parquet-go"
@@ -383,4 +386,49 @@ func damage(rng *rand.Rand, b []byte) ([]byte, string) {
 		}
 	}
 	return c, strings.Join(how, ", ")
+}
+
+// eioFS fails every ReadAt from the n-th on with EIO.
+type eioFS struct {
+	vfs.FS
+	n, calls int
+}
+
+type eioFile struct {
+	vfs.File
+	fs *eioFS
+}
+
+func (fs *eioFS) Open(name string) (vfs.File, error) {
+	f, err := fs.FS.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	return &eioFile{File: f, fs: fs}, nil
+}
+
+func (f *eioFile) ReadAt(p []byte, off int64) (int, error) {
+	f.fs.calls++
+	if f.fs.calls >= f.fs.n {
+		return 0, &os.PathError{Op: "read", Path: "disk", Err: syscall.EIO}
+	}
+	return f.File.ReadAt(p, off)
+}
+
+// A failing disk is an I/O error, not a corrupt file: callers retry or
+// alert on the one and fail closed on the other.
+func TestReadErrorsAreNotCorruption(t *testing.T) {
+	s, _, f, b := smallGeneration(t)
+	mem := vfs.NewStrictMem()
+	putFile(t, mem, "/"+f.Name, b)
+	probe := &eioFS{FS: mem, n: math.MaxInt}
+	if _, _, err := Read(probe, "/"+f.Name, s); err != nil {
+		t.Fatal(err)
+	}
+	for n := 1; n <= probe.calls; n++ {
+		_, _, err := Read(&eioFS{FS: mem, n: n}, "/"+f.Name, s)
+		if !errors.Is(err, syscall.EIO) || errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), f.Name) {
+			t.Fatalf("EIO from read call %d of %d: %v", n, probe.calls, err)
+		}
+	}
 }

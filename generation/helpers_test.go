@@ -103,7 +103,7 @@ func newMemDir(t testing.TB) (*vfs.MemFS, string) {
 		t.Fatal(err)
 	}
 	for _, d := range []string{"/", "/data"} {
-		if err := syncDir(fs, d); err != nil {
+		if err := vfs.SyncDir(fs, d); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -85,9 +85,11 @@ func rollwalPython(t *testing.T) string {
 		t.Fatal("ROLLWAL_PYTHON must be set by the test command in CI: " +
 			"ROLLWAL_PYTHON=$(bash scripts/pyenv | tail -n1) go test ./generation")
 	default:
-		t.Skip("\n\n*** SKIPPED: pyarrow/DuckDB interoperability is NOT being checked. ***\n" +
-			"*** Run `bash scripts/pyenv` and set ROLLWAL_PYTHON to the path it prints last: ***\n" +
-			"***   ROLLWAL_PYTHON=$(bash scripts/pyenv | tail -n1) go test ./generation ***\n")
+		msg := "\n*** SKIPPED TestPyarrowReadsGeneration: pyarrow/DuckDB interoperability is NOT checked. ***\n" +
+			"*** Run `bash scripts/pyenv` and set ROLLWAL_PYTHON to the path it prints last:           ***\n" +
+			"***   ROLLWAL_PYTHON=$(bash scripts/pyenv | tail -n1) go test ./generation                ***\n"
+		fmt.Fprint(os.Stderr, msg) // shown without -v too
+		t.Skip(msg)
 	}
 	return ""
 }

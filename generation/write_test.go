@@ -45,6 +45,9 @@ func TestRoundTripAllTypes(t *testing.T) {
 				t.Errorf("Read meta %+v, Write returned %+v", m, f.Meta)
 			}
 			requireSameData(t, d, got)
+			if got.Rows.Schema != s {
+				t.Error("the Batch read does not carry the caller's schema")
+			}
 			if st, err := fs.Stat(f.Path); err != nil || st.Size() != f.Size {
 				t.Errorf("File.Size %d, stat says %v (%v)", f.Size, st, err)
 			}
@@ -334,4 +337,40 @@ func openRaw(t testing.TB, fs vfs.FS, path string) *parquet.File {
 		t.Fatal(err)
 	}
 	return pf
+}
+
+// Concurrent writers into one directory (several shards flushing, or a
+// retry racing a slow attempt) each get their own file; run with -race.
+func TestConcurrentWrites(t *testing.T) {
+	s := allTypes(t)
+	fs, dir := newMemDir(t)
+	d := allTypesRows(t, s, 400, 13)
+	const writers = 4
+	files := make([]File, writers)
+	errs := make([]error, writers)
+	done := make(chan int)
+	for w := range writers {
+		go func() {
+			m := testMeta()
+			m.Generation = uint64(100 + w%2) // two attempts at each of two generations
+			files[w], errs[w] = Write(context.Background(), Options{FS: fs, RowGroupRows: 150}, dir, s, m, d)
+			done <- w
+		}()
+	}
+	for range writers {
+		<-done
+	}
+	for w := range writers {
+		if errs[w] != nil {
+			t.Fatal(errs[w])
+		}
+		_, got, err := Read(fs, files[w].Path, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		requireSameData(t, d, got)
+	}
+	if names, _ := fs.List(dir); len(names) != writers {
+		t.Fatalf("%d files for %d writes: %v", len(names), writers, names)
+	}
 }

@@ -133,7 +133,7 @@ func writeFile(t testing.TB, fs vfs.FS, name string, data []byte) {
 	// Make the file and its directories durable, as a log that was
 	// written long ago would be.
 	for d := filepath.Dir(name); ; d = filepath.Dir(d) {
-		if err := syncDir(fs, d); err != nil {
+		if err := vfs.SyncDir(fs, d); err != nil {
 			t.Fatal(err)
 		}
 		if filepath.Dir(d) == d {

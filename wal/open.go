@@ -95,11 +95,11 @@ func (w *WAL) ensureDir() error {
 	}
 	// missing runs from w.dir up; its entries live in their parents.
 	for _, d := range missing {
-		if err := syncDir(w.fs, filepath.Dir(d)); err != nil {
+		if err := vfs.SyncDir(w.fs, filepath.Dir(d)); err != nil {
 			return err
 		}
 	}
-	return syncDir(w.fs, w.dir)
+	return vfs.SyncDir(w.fs, w.dir)
 }
 
 // missingDirs returns dir and those of its ancestors that do not exist,

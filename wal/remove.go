@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"path/filepath"
 	"slices"
+
+	"github.com/rollwal/rollwal/internal/vfs"
 )
 
 // RemoveThrough deletes the segments whose records all lie at or below
@@ -27,7 +29,7 @@ func (w *WAL) RemoveThrough(cursor uint64) error {
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("wal: remove segment: %w", err)
 		}
-		if err := syncDir(w.fs, w.dir); err != nil {
+		if err := vfs.SyncDir(w.fs, w.dir); err != nil {
 			// Like a failed fsync, a failed directory sync leaves
 			// the directory's durable state unknown.
 			w.fail(err)

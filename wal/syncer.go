@@ -225,7 +225,7 @@ func (w *WAL) prepareSegment(f vfs.File) error {
 			return fmt.Errorf("preallocate segment: %w", err)
 		}
 	}
-	return syncDir(w.fs, w.dir)
+	return vfs.SyncDir(w.fs, w.dir)
 }
 
 // closeFile closes the active segment when the syncer stops.
@@ -237,16 +237,4 @@ func (w *WAL) closeFile() {
 		w.fail(fmt.Errorf("close %s: %w", w.active.name, err))
 	}
 	w.file = nil
-}
-
-// syncDir makes the directory's entries durable.
-func syncDir(fs vfs.FS, dir string) error {
-	d, err := fs.OpenDir(dir)
-	if err != nil {
-		return fmt.Errorf("open directory: %w", err)
-	}
-	if err := d.Sync(); err != nil {
-		return errors.Join(fmt.Errorf("sync directory %s: %w", dir, err), d.Close())
-	}
-	return d.Close()
 }
