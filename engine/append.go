@@ -63,7 +63,7 @@ func (s *Shard) appendBatch(ctx context.Context, b *schema.Batch, src Source) (R
 	if b.Len() > s.opts.MaxBatchRows {
 		return Result{}, fmt.Errorf("%w: %d rows, the limit is %d", ErrBatchTooLarge, b.Len(), s.opts.MaxBatchRows)
 	}
-	if err := s.err(); err != nil {
+	if err := s.checkLease(); err != nil {
 		return Result{}, err
 	}
 	// Reserve memory before taking the lock: waiting for budget under the
@@ -83,6 +83,9 @@ func (s *Shard) appendBatch(ctx context.Context, b *schema.Batch, src Source) (R
 	if err := s.w.SyncTo(syncTo); err != nil {
 		s.stop(err)
 		return Result{}, fmt.Errorf("engine: shard %s: %w", s.name, err)
+	}
+	if err := s.checkLease(); err != nil {
+		return Result{}, fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
 	}
 	return res, nil
 }
@@ -123,4 +126,17 @@ func (s *Shard) write(b *schema.Batch, src Source) (Result, uint64, int64, error
 	res.Stored, res.FirstSeq, res.LastSeq = fresh.Len(), first, s.lastPos
 	s.metrics.memtableBytes.WithLabelValues(s.name).Set(float64(s.set.Bytes()))
 	return res, s.lastPos, memtable.EstimateBytes(fresh), nil
+}
+
+// checkLease enforces the acknowledgement rule: only while the lease is
+// known valid with margin. Past that the shard is fenced for good.
+func (s *Shard) checkLease() error {
+	if err := s.err(); err != nil {
+		return err
+	}
+	if !s.lease.valid() {
+		s.stop(fmt.Errorf("%w: shard %s epoch %d: the writer's lease is not known valid: not the owner", ErrFenced, s.name, s.claim.Epoch))
+		return s.err()
+	}
+	return nil
 }

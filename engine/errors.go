@@ -22,6 +22,11 @@ var (
 	ErrClosed = errors.New("engine: shard closed")
 	// ErrBatchTooLarge: an append carries more rows than MaxBatchRows.
 	ErrBatchTooLarge = errors.New("engine: batch too large")
+	// ErrUnknownOutcome: the rows reached the WAL but could not be
+	// acknowledged (the lease lapsed meanwhile). They may or may not appear
+	// in the table; a producer retries them, and ids keep the retry from
+	// being stored twice.
+	ErrUnknownOutcome = errors.New("engine: outcome unknown: the rows may be durable but are not acknowledged")
 	// ErrReplay: the WAL holds something replay must not accept (an epoch
 	// above the claimed one, overlapping positions).
 	ErrReplay = errors.New("engine: replay refused")

@@ -7,8 +7,6 @@ import (
 	"sort"
 	"sync"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/rollwal/rollwal/memtable"
 )
 
@@ -20,8 +18,7 @@ type Host struct {
 	metrics *metrics
 
 	mu     sync.Mutex
-	lease  clientv3.LeaseID
-	stopKA context.CancelFunc
+	lease  *lease
 	shards map[string]*Shard
 }
 
@@ -52,28 +49,25 @@ func (h *Host) Open(ctx context.Context, name string) (*Shard, error) {
 	return s, nil
 }
 
-// ensureLease grants the host's lease and keeps it alive in the background.
+// ensureLease grants the host's lease (or a new one after the last was
+// lost) and fences every shard when it is lost.
 func (h *Host) ensureLease(ctx context.Context) error {
-	if h.lease != 0 {
+	if h.lease != nil && !h.lease.isLost() {
 		return nil
 	}
-	gctx, cancel := context.WithTimeout(ctx, h.opts.RequestTimeout)
-	defer cancel()
-	resp, err := h.opts.Etcd.Grant(gctx, int64(h.opts.LeaseTTL.Seconds()))
+	l, err := grantLease(ctx, h.opts.Etcd, h.opts.LeaseTTL, h.opts.LeaseMargin, h.opts.RequestTimeout, h.opts.Logger)
 	if err != nil {
-		return fmt.Errorf("engine: grant lease: %w", err)
+		return err
 	}
-	kctx, stop := context.WithCancel(context.Background())
-	ch, err := h.opts.Etcd.KeepAlive(kctx, resp.ID)
-	if err != nil {
-		stop()
-		return fmt.Errorf("engine: keep lease alive: %w", err)
-	}
+	h.lease = l
 	go func() {
-		for range ch { // drain responses; the channel closes when the lease is lost
+		<-l.lost
+		for _, s := range h.Shards() {
+			if s.lease == l {
+				s.stop(fmt.Errorf("%w: shard %s: the writer's lease was lost", ErrFenced, s.name))
+			}
 		}
 	}()
-	h.lease, h.stopKA = resp.ID, stop
 	return nil
 }
 
@@ -109,14 +103,11 @@ func (h *Host) Close(ctx context.Context) error {
 		}
 		delete(h.shards, name)
 	}
-	if h.lease != 0 {
-		h.stopKA()
-		rctx, cancel := context.WithTimeout(context.Background(), h.opts.RequestTimeout)
-		if _, err := h.opts.Etcd.Revoke(rctx, h.lease); err != nil {
-			errs = append(errs, fmt.Errorf("engine: revoke lease: %w", err))
+	if h.lease != nil {
+		if err := h.lease.close(); err != nil {
+			errs = append(errs, err)
 		}
-		cancel()
-		h.lease = 0
+		h.lease = nil
 	}
 	return errors.Join(errs...)
 }

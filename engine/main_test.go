@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"sync/atomic"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -39,9 +40,12 @@ func runTests(m *testing.M) int {
 
 var nonName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 
-// tableName turns a test's name into a table name unique to it.
+var tables atomic.Int64
+
+// tableName turns a test's name into a table name unique to this run of it
+// (tests run again under -count must not meet their earlier etcd state).
 func tableName(t testing.TB, suffix string) string {
-	name := nonName.ReplaceAllString(t.Name(), "_") + suffix
+	name := fmt.Sprintf("%s%s-%d", nonName.ReplaceAllString(t.Name(), "_"), suffix, tables.Add(1))
 	if len(name) > 100 {
 		name = name[len(name)-100:]
 	}

@@ -36,6 +36,10 @@ type Options struct {
 	Address string
 	// LeaseTTL is the TTL of the writer's lease; default 5s.
 	LeaseTTL time.Duration
+	// LeaseMargin is subtracted from the lease's deadline: a writer stops
+	// acknowledging this long before its lease could expire on the server;
+	// default LeaseTTL/5.
+	LeaseMargin time.Duration
 	// RequestTimeout bounds every etcd request; default 5s.
 	RequestTimeout time.Duration
 
@@ -96,6 +100,7 @@ func (o *Options) EnsureDefaults() {
 		o.WriterID = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
 	setDefault(&o.LeaseTTL, 5*time.Second)
+	setDefault(&o.LeaseMargin, o.LeaseTTL/5)
 	setDefault(&o.RequestTimeout, 5*time.Second)
 	setDefault(&o.WALSegmentSize, 64<<20)
 	setDefault(&o.FlushBytes, 64<<20)
@@ -129,6 +134,7 @@ func (o *Options) Validate() error {
 	}
 	check(o.Etcd == nil, "no etcd client")
 	check(o.LeaseTTL < time.Second, "lease TTL %v is below 1s", o.LeaseTTL)
+	check(o.LeaseMargin <= 0 || o.LeaseMargin >= o.LeaseTTL/2, "lease margin %v must be positive and below half the lease TTL %v", o.LeaseMargin, o.LeaseTTL)
 	check(o.RequestTimeout <= 0, "request timeout %v must be positive", o.RequestTimeout)
 	check(o.WALSegmentSize < 64<<10, "WAL segment size %d is below 64 KiB", o.WALSegmentSize)
 	check(o.FlushBytes <= 0, "flush bytes %d must be positive", o.FlushBytes)

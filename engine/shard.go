@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/rollwal/rollwal/generation"
 	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/memtable"
@@ -26,6 +24,7 @@ type Shard struct {
 	opts    *Options
 	genDir  string
 	store   *shardmeta.Store
+	lease   *lease
 	claim   *shardmeta.Claim
 	w       *wal.WAL
 	set     *memtable.Set
@@ -60,9 +59,9 @@ func (s *Shard) walDir() string {
 	return filepath.Join(s.opts.DataDir, s.opts.Table, "shards", s.name, "wal")
 }
 
-func openShard(ctx context.Context, o *Options, name string, lease clientv3.LeaseID, budget *memtable.Budget, m *metrics) (*Shard, error) {
+func openShard(ctx context.Context, o *Options, name string, l *lease, budget *memtable.Budget, m *metrics) (*Shard, error) {
 	s := &Shard{
-		name: name, opts: o, budget: budget, metrics: m,
+		name: name, opts: o, budget: budget, metrics: m, lease: l,
 		genDir: filepath.Join(o.DataDir, o.Table, "shards", name, "gen"),
 		store:  shardmeta.NewStore(o.Etcd, shardmeta.Keys{Prefix: o.Prefix, Table: o.Table}, shardmeta.StoreOptions{RequestTimeout: o.RequestTimeout, Logger: o.Logger}),
 		log:    o.Logger.With("shard", name),
@@ -74,7 +73,7 @@ func openShard(ctx context.Context, o *Options, name string, lease clientv3.Leas
 			return nil, fmt.Errorf("engine: shard %s: %w", name, err)
 		}
 	}
-	if err := s.claimAndOpenWAL(ctx, lease); err != nil {
+	if err := s.claimAndOpenWAL(ctx); err != nil {
 		return nil, err
 	}
 	if err := s.recover(ctx); err != nil {
@@ -91,7 +90,7 @@ func openShard(ctx context.Context, o *Options, name string, lease clientv3.Leas
 // claimAndOpenWAL claims the next epoch. The WAL is opened for the new
 // epoch inside the claim so that the tail it inherits is recorded in the
 // same transaction as the epoch (the epoch's start position).
-func (s *Shard) claimAndOpenWAL(ctx context.Context, lease clientv3.LeaseID) error {
+func (s *Shard) claimAndOpenWAL(ctx context.Context) error {
 	owner := shardmeta.Owner{Writer: s.opts.WriterID, Address: s.opts.Address}
 	prepare := func(m *shardmeta.Manifest) error {
 		if s.w != nil {
@@ -110,7 +109,7 @@ func (s *Shard) claimAndOpenWAL(ctx context.Context, lease clientv3.LeaseID) err
 		m.Epochs[len(m.Epochs)-1].StartPosition = w.Tail()
 		return nil
 	}
-	c, err := s.store.Claim(ctx, s.name, owner, lease, prepare)
+	c, err := s.claimWhenFree(ctx, owner, prepare)
 	if err != nil {
 		if s.w != nil {
 			s.w.Close()
@@ -124,6 +123,21 @@ func (s *Shard) claimAndOpenWAL(ctx context.Context, lease clientv3.LeaseID) err
 	s.log.Info("claimed shard", "epoch", c.Epoch, "token", c.Token,
 		"current_generation", c.Manifest.CurrentGeneration, "replay_cursor", c.Manifest.ReplayCursor, "wal_tail", s.w.Tail())
 	return nil
+}
+
+// claimWhenFree claims the shard, waiting through a watch for the owner
+// key's DELETE while another writer holds it: never for a local clock.
+func (s *Shard) claimWhenFree(ctx context.Context, owner shardmeta.Owner, prepare func(*shardmeta.Manifest) error) (*shardmeta.Claim, error) {
+	for {
+		c, err := s.store.Claim(ctx, s.name, owner, s.lease.id, prepare)
+		if !errors.Is(err, shardmeta.ErrOwned) {
+			return c, err
+		}
+		s.log.Info("shard is owned by another writer; waiting for its owner key to go", "err", err)
+		if err := s.store.WaitOwnerGone(ctx, s.name); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // recover removes garbage generation files and replays the WAL tail.

@@ -1,0 +1,135 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// lease is the host's etcd lease, kept alive by hand so that its local
+// deadline runs from when each successful keepalive was *sent*: a writer
+// acknowledges only while now < sent + TTL − margin. The client library's
+// own KeepAlive measures from receipt, which is later, and so unsafe for
+// this rule. Time is the monotonic clock, never a fake one.
+type lease struct {
+	cli     *clientv3.Client
+	id      clientv3.LeaseID
+	margin  time.Duration
+	timeout time.Duration
+	log     *slog.Logger
+	base    time.Time    // monotonic origin of deadline
+	dl      atomic.Int64 // deadline as nanoseconds since base
+
+	lostOnce sync.Once
+	lost     chan struct{}
+	cancel   context.CancelFunc
+	done     chan struct{}
+}
+
+// grantLease grants a lease of ttl and starts keeping it alive.
+func grantLease(ctx context.Context, cli *clientv3.Client, ttl, margin, timeout time.Duration, log *slog.Logger) (*lease, error) {
+	l := &lease{cli: cli, margin: margin, timeout: timeout, log: log, base: time.Now(), lost: make(chan struct{}), done: make(chan struct{})}
+	sent := time.Since(l.base)
+	gctx, cancel := context.WithTimeout(ctx, timeout)
+	resp, err := cli.Grant(gctx, int64(ttl/time.Second))
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("engine: grant lease: %w", err)
+	}
+	l.id = resp.ID
+	l.extend(sent, resp.TTL)
+	kctx, stop := context.WithCancel(context.Background())
+	l.cancel = stop
+	go l.keepAlive(kctx, ttl)
+	return l, nil
+}
+
+func (l *lease) extend(sent time.Duration, ttlSeconds int64) {
+	l.dl.Store(int64(sent + time.Duration(ttlSeconds)*time.Second - l.margin))
+}
+
+// valid reports whether acknowledgements are still safe.
+func (l *lease) valid() bool {
+	return time.Since(l.base) < time.Duration(l.dl.Load()) && !l.isLost()
+}
+
+func (l *lease) isLost() bool {
+	select {
+	case <-l.lost:
+		return true
+	default:
+		return false
+	}
+}
+
+func (l *lease) markLost(why string) {
+	l.lostOnce.Do(func() {
+		l.log.Error("lease lost: the writer no longer owns its shards", "lease", int64(l.id), "why", why)
+		close(l.lost)
+	})
+}
+
+// keepAlive renews the lease every third of its TTL until stopped or lost.
+func (l *lease) keepAlive(ctx context.Context, ttl time.Duration) {
+	defer close(l.done)
+	tick := time.NewTicker(ttl / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if err := l.renew(ctx); err != nil {
+			l.markLost(err.Error())
+			return
+		}
+		if !l.valid() {
+			l.markLost("keepalives failed until the local deadline passed")
+			return
+		}
+	}
+}
+
+// renew sends one keepalive. Only a definite answer that the lease is gone
+// is an error; a failed round trip leaves the deadline where it was.
+func (l *lease) renew(ctx context.Context) error {
+	sent := time.Since(l.base)
+	rctx, cancel := context.WithTimeout(ctx, min(l.timeout, time.Duration(l.dl.Load())-sent))
+	defer cancel()
+	resp, err := l.cli.KeepAliveOnce(rctx, l.id)
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return fmt.Errorf("lease %x expired on the server", int64(l.id))
+	case err != nil:
+		if ctx.Err() == nil {
+			l.log.Warn("lease keepalive failed", "err", err, "valid_for", time.Duration(l.dl.Load())-time.Since(l.base))
+		}
+		return nil
+	case resp.TTL <= 0:
+		return fmt.Errorf("lease %x expired on the server", int64(l.id))
+	}
+	l.extend(sent, resp.TTL)
+	return nil
+}
+
+// close stops the keepalives and revokes the lease, which deletes every
+// owner key bound to it so successors claim at once.
+func (l *lease) close() error {
+	l.cancel()
+	<-l.done
+	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+	defer cancel()
+	_, err := l.cli.Revoke(ctx, l.id)
+	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("engine: revoke lease: %w", err)
+	}
+	return nil
+}
