@@ -17,7 +17,13 @@ import (
 // its own table name, so their keys never meet.
 var etcdClient *clientv3.Client
 
+// etcdEndpoints are the embedded etcd's client URLs, for child processes.
+var etcdEndpoints []string
+
 func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(runChildWriter())
+	}
 	os.Exit(runTests(m))
 }
 
@@ -34,7 +40,7 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	defer srv.Close()
-	etcdClient = srv.Client()
+	etcdClient, etcdEndpoints = srv.Client(), srv.Endpoints()
 	return m.Run()
 }
 
