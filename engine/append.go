@@ -116,6 +116,9 @@ func (s *Shard) write(b *schema.Batch, src Source) (Result, uint64, int64, error
 		s.set.Insert(fresh, 0, s.claim.Epoch, src.Name, src.Offset)
 		return res, s.lastPos, 0, nil
 	}
+	if s.opts.testHookBeforeWrite != nil {
+		s.opts.testHookBeforeWrite()
+	}
 	first, err := s.w.Append(res.Generation, uint32(fresh.Len()), fresh.Encode(nil))
 	if err != nil {
 		s.stop(err)

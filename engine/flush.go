@@ -66,25 +66,50 @@ func (s *Shard) commitGeneration(ctx context.Context, m *memtable.Memtable) erro
 		s.stop(err)
 		return err
 	}
-	f, err := s.writeGeneration(ctx, m)
+	f, next, err := s.prepareCommit(ctx, m)
 	if err != nil {
 		s.metrics.flushFailures.WithLabelValues(s.name).Inc()
 		return fmt.Errorf("engine: shard %s: flush generation %d: %w", s.name, m.Generation(), err)
 	}
-	next := s.nextManifest(m, f)
 	if err := s.store.Commit(ctx, s.claim, next); err != nil {
 		if errors.Is(err, shardmeta.ErrFenced) {
 			s.stop(fmt.Errorf("engine: shard %s: %w", s.name, err))
+		} else {
+			// Unknown or not applied: the retry must commit these same
+			// bytes, so a first attempt that did apply is recognised.
+			s.pending = &pendingCommit{gen: m.Generation(), file: f, next: next}
 		}
 		s.metrics.flushFailures.WithLabelValues(s.name).Inc()
 		return fmt.Errorf("engine: shard %s: commit generation %d: %w", s.name, m.Generation(), err)
 	}
+	s.pending = nil
 	s.manifest = next
 	if err := s.set.Release(m.Generation()); err != nil {
 		return err
 	}
 	s.afterCommit(f, time.Since(start))
 	return nil
+}
+
+// pendingCommit is a generation whose manifest commit ended without a
+// definite answer.
+type pendingCommit struct {
+	gen  uint64
+	file generation.File
+	next *shardmeta.Manifest
+}
+
+// prepareCommit writes m's generation file and the manifest that commits
+// it, or reuses both from an attempt whose outcome was unknown.
+func (s *Shard) prepareCommit(ctx context.Context, m *memtable.Memtable) (generation.File, *shardmeta.Manifest, error) {
+	if p := s.pending; p != nil && p.gen == m.Generation() {
+		return p.file, p.next, nil
+	}
+	f, err := s.writeGeneration(ctx, m)
+	if err != nil {
+		return generation.File{}, nil, err
+	}
+	return f, s.nextManifest(m, f), nil
 }
 
 // maxSeq is the highest position m holds; replayed rows may be out of

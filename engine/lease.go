@@ -11,6 +11,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // lease is the host's etcd lease, kept alive by hand so that its local
@@ -36,10 +38,15 @@ type lease struct {
 // grantLease grants a lease of ttl and starts keeping it alive.
 func grantLease(ctx context.Context, cli *clientv3.Client, ttl, margin, timeout time.Duration, log *slog.Logger) (*lease, error) {
 	l := &lease{cli: cli, margin: margin, timeout: timeout, log: log, base: time.Now(), lost: make(chan struct{}), done: make(chan struct{})}
-	sent := time.Since(l.base)
-	gctx, cancel := context.WithTimeout(ctx, timeout)
-	resp, err := cli.Grant(gctx, int64(ttl/time.Second))
-	cancel()
+	var sent time.Duration
+	var resp *clientv3.LeaseGrantResponse
+	err := retryTransient(ctx, log, "grant lease", func() (err error) {
+		sent = time.Since(l.base)
+		gctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		resp, err = cli.Grant(gctx, int64(ttl/time.Second))
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("engine: grant lease: %w", err)
 	}
@@ -132,4 +139,38 @@ func (l *lease) close() error {
 		return fmt.Errorf("engine: revoke lease: %w", err)
 	}
 	return nil
+}
+
+// retryTransient runs op until it succeeds, fails for good, or ctx ends.
+// Transient means etcd could not answer in time or had no leader: a
+// leader election or a member restart costs latency, not an error.
+func retryTransient(ctx context.Context, log *slog.Logger, what string, op func() error) error {
+	backoff := 50 * time.Millisecond
+	for {
+		err := op()
+		if err == nil || !transient(err) || ctx.Err() != nil {
+			return err
+		}
+		log.Warn("etcd unavailable; retrying", "op", what, "err", err, "in", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(err, ctx.Err())
+		case <-t.C:
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+func transient(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, rpctypes.ErrNoLeader) ||
+		errors.Is(err, rpctypes.ErrTimeout) || errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail) {
+		return true
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	}
+	return false
 }

@@ -73,6 +73,10 @@ type Options struct {
 	// holds on its own. Never set it in production.
 	DisableSourceExclusion bool
 
+	// testHookBeforeWrite runs in Append after every check, just before the
+	// WAL write: tests stall a writer there to make a zombie.
+	testHookBeforeWrite func()
+
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 	Now        func() time.Time

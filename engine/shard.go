@@ -44,6 +44,8 @@ type Shard struct {
 	flushMu sync.Mutex
 	// manifest is the last committed manifest; guarded by flushMu.
 	manifest *shardmeta.Manifest
+	// pending is a commit to repeat byte for byte; guarded by flushMu.
+	pending *pendingCommit
 	// replayEnd is the generation replay filled last (0: replay found
 	// nothing); recorded in the epoch's provenance when it commits.
 	replayEnd uint64
@@ -129,7 +131,11 @@ func (s *Shard) claimAndOpenWAL(ctx context.Context) error {
 // key's DELETE while another writer holds it: never for a local clock.
 func (s *Shard) claimWhenFree(ctx context.Context, owner shardmeta.Owner, prepare func(*shardmeta.Manifest) error) (*shardmeta.Claim, error) {
 	for {
-		c, err := s.store.Claim(ctx, s.name, owner, s.lease.id, prepare)
+		var c *shardmeta.Claim
+		err := retryTransient(ctx, s.log, "claim", func() (err error) {
+			c, err = s.store.Claim(ctx, s.name, owner, s.lease.id, prepare)
+			return err
+		})
 		if !errors.Is(err, shardmeta.ErrOwned) {
 			return c, err
 		}

@@ -6,10 +6,10 @@
 //
 // A writer that has claimed epoch E opens the shard's directory with
 // Open(Options{Dir, Epoch: E, ...}). Open scans every segment of every
-// epoch, repairs torn tails, syncs what it found, and creates a fresh
-// segment for E; it never appends to an existing file. Tail() is then the
-// highest position on disk (0 for an empty log) and the writer's first
-// Append gets Tail()+1.
+// epoch, repairs a torn tail of E's own, syncs what it found, and creates a
+// fresh segment for E; it never appends to an existing file, nor modifies
+// another epoch's. Tail() is then the highest position Open found (0 for
+// an empty log) and the writer's first Append gets Tail()+1.
 //
 //	w, err := wal.Open(opts)      // scan, repair, new segment
 //	w.Replay(cursor, w.Tail(), fn) // re-apply what a flush has not covered
@@ -35,6 +35,21 @@
 // a tie, the older epoch first) and the engine decides which to skip.
 // Open refuses a directory holding a newer epoch than its own
 // (ErrNewerEpoch).
+//
+// Only epoch E writes to E's files, so a writer modifies no other epoch's
+// file: a zombie may be in the middle of writing to its last segment, and
+// cutting that record would leave a hole of zeros once the zombie writes
+// on at its own file offset. Open reads another epoch's last segment up to
+// the first bytes that are not a whole record, and leaves the rest alone
+// (see Corruption policy). Since the zombie may append, or start new
+// segments, after Open, Replay reads other epochs' segments as they are on
+// disk when it runs and returns the records added since too; Tail() still
+// counts only what Open found. RemoveThrough deletes another epoch's last
+// segment (as Open found it) only if what it holds on disk then is at or
+// below the cursor. Records a zombie writes after the new epoch's claim are
+// never acknowledged (the zombie's lease is gone), so no replay of the new
+// epoch's range needs them; the WAL returns them like any other record and
+// leaves skipping them to the engine.
 //
 // # Concurrency
 //
@@ -93,16 +108,33 @@
 //
 //   - only zeros, or nothing: the end of data;
 //   - bytes with no valid record after them: a torn tail, the remains of
-//     a write a crash interrupted. In the last segment of an epoch it is
-//     truncated away (and logged); in any other segment it cannot come
-//     from a crash, because that segment was synced before the next was
-//     created, so Open refuses;
-//   - a valid record after them: damage in the middle of the log, which
-//     Open refuses.
+//     a write a crash interrupted, or a write a zombie is still making.
+//     In the last segment of the opening epoch it is truncated away (and
+//     logged): that epoch reopens only after a crash of its own. In the
+//     last segment of another epoch it is the end of that segment's data
+//     for now: the file is left as it is and Open logs it. In any other
+//     segment it cannot come from a crash or a zombie, because that
+//     segment was synced before the next was created, so Open refuses;
+//   - at least a header's worth (44 bytes) of zeros, then a valid record
+//     somewhere after them: a hole, which an older build left when it
+//     truncated a zombie's torn tail and the zombie wrote on. In the last
+//     segment of another epoch the hole ends that segment's data: Open
+//     logs a warning naming the segment and offset, leaves the file as it
+//     is, and neither Open nor Replay returns the records after the hole
+//     (a zombie wrote them after a newer epoch's claim, so no replay needs
+//     them). Anywhere else Open refuses;
+//   - any other bytes with a valid record after them: damage in the
+//     middle of the log, which Open refuses.
 //
 // A record whose CRC verifies but whose fields are invalid, and records
 // of one epoch whose positions are not dense and increasing across
 // records and segments, are refused too. A refusal is a *CorruptionError
 // naming the segment and byte offset; it satisfies
-// errors.Is(err, ErrCorruption). Replay checks every CRC again.
+// errors.Is(err, ErrCorruption). Replay checks every CRC again, and reports
+// damage to what Open found the same way. Past what Open found in another
+// epoch's last segment, and in segments another epoch started since Open,
+// Replay returns records while they are whole and continue the epoch's
+// positions, and stops reading that epoch at the first bytes that do not:
+// those bytes are a zombie's, not this writer's to judge; the next Open
+// judges them.
 package wal

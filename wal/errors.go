@@ -6,9 +6,10 @@ import (
 )
 
 var (
-	// ErrCorruption marks damage that Open or Replay will not repair: a bad
-	// record with a valid one after it, a torn record that is not at the
-	// end of its epoch, or positions that are not dense. Every
+	// ErrCorruption marks damage that Open or Replay will not repair nor
+	// pass over: a bad record with a valid one after it (but for a hole in
+	// another epoch's last segment), a torn record that is not at the end
+	// of its epoch, or positions that are not dense. Every
 	// *CorruptionError satisfies errors.Is(err, ErrCorruption).
 	ErrCorruption = errors.New("wal: corruption")
 	// ErrClosed is returned by calls on a closed WAL.

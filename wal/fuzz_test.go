@@ -60,15 +60,26 @@ func checkScan(t *testing.T, data []byte) []Header {
 	return hs
 }
 
-// checkOpen opens data as epoch 1's segment. If Open accepts it, Replay
-// returns a prefix of what the decoder found, and the tail matches.
+// checkOpen opens data as epoch 1's segment, both as epoch 1 itself
+// (which may truncate it) and as epoch 2 (which must leave it as it is).
+// If Open accepts it, Replay returns a prefix of what the decoder found,
+// and the tail matches.
 func checkOpen(t *testing.T, data []byte, scanned []Header) {
-	fs := vfs.NewStrictMem()
-	writeFile(t, fs, segPath(fuzzEpoch, 1), data)
-	w, err := Open(testOptions(fs, fuzzEpoch+1))
+	for _, epoch := range []uint64{fuzzEpoch, fuzzEpoch + 1} {
+		fs := vfs.NewStrictMem()
+		writeFile(t, fs, segPath(fuzzEpoch, 1), data)
+		checkOpenAs(t, fs, epoch, scanned)
+		if epoch != fuzzEpoch && !bytes.Equal(readFile(t, fs, segPath(fuzzEpoch, 1)), data) {
+			t.Fatalf("Open as epoch %d changed epoch %d's segment", epoch, fuzzEpoch)
+		}
+	}
+}
+
+func checkOpenAs(t *testing.T, fs vfs.FS, epoch uint64, scanned []Header) {
+	w, err := Open(testOptions(fs, epoch))
 	if err != nil {
 		if !errors.Is(err, ErrCorruption) {
-			t.Fatalf("Open failed without ErrCorruption: %v", err)
+			t.Fatalf("Open as epoch %d failed without ErrCorruption: %v", epoch, err)
 		}
 		return
 	}

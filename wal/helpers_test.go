@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -189,4 +192,44 @@ func headers(gots []got) []Header {
 		hs[i] = g.Header
 	}
 	return hs
+}
+
+// logBuf collects a WAL's log lines (text format) for a test to check.
+type logBuf struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// count returns how many lines contain every one of subs.
+func (l *logBuf) count(subs ...string) int {
+	n := 0
+	for line := range strings.Lines(l.String()) {
+		all := true
+		for _, s := range subs {
+			all = all && strings.Contains(line, s)
+		}
+		if all {
+			n++
+		}
+	}
+	return n
+}
+
+// logTo sends the WAL's log, from level Debug on, to l.
+func logTo(l *logBuf) func(*Options) {
+	return func(o *Options) {
+		o.Logger = slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 }

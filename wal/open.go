@@ -12,7 +12,8 @@ import (
 )
 
 // Open opens the WAL in opts.Dir for a writer of opts.Epoch. It scans every
-// segment of every epoch, repairs torn tails (see the package
+// segment of every epoch, repairs a torn tail of opts.Epoch's own and
+// leaves every other epoch's files as they are (see the package
 // documentation for the corruption policy), makes what it found durable,
 // and starts a new segment for opts.Epoch. The first record appended gets
 // position Tail()+1.

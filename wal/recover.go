@@ -7,8 +7,9 @@ import (
 )
 
 // recover scans every segment, epoch by epoch, checks that each epoch's
-// positions are dense, repairs the torn tail of each epoch's last segment
-// and sets the tail. On return every record found is durable: each
+// positions are dense, repairs the torn tail of this epoch's last segment
+// and sets the tail. The last segment of every other epoch is left as it
+// is (see recoverSegment). On return every record found is durable: each
 // epoch's last segment (the only one that can hold unsynced bytes, since a
 // roll syncs the segment it seals) has been synced.
 func (w *WAL) recover(segs []*segment) error {
@@ -33,24 +34,46 @@ func (w *WAL) recover(segs []*segment) error {
 
 // recoverSegment scans one segment, whose first record must start at
 // position next unless next is 0.
+//
+// Only this epoch's own last segment is repaired: this epoch reopens only
+// after a crash of its own, so nothing else writes to it. The last segment
+// of another epoch may belong to a zombie that is still appending to it:
+// cutting a record it is in the middle of writing would leave a hole once
+// it writes on at its own offset. So that file is never modified; a torn
+// tail, or a hole an older build's truncation left, is the end of its data
+// for now, and is logged.
 func (w *WAL) recoverSegment(s *segment, next uint64, lastOfEpoch bool) error {
 	res, size, err := w.scanFile(s, next)
 	if err != nil {
 		return err
 	}
 	s.size = res.end
-	if res.torn && !lastOfEpoch {
+	own := s.epoch == w.opts.Epoch
+	switch {
+	case res.hole && (own || !lastOfEpoch):
+		return &CorruptionError{Segment: s.name, Offset: res.end, Err: res.why}
+	case res.torn && !lastOfEpoch:
 		return &CorruptionError{Segment: s.name, Offset: res.end,
 			Err: fmt.Errorf("torn record in a segment that is not the last of epoch %d: %w", s.epoch, res.why)}
-	}
-	if !lastOfEpoch {
+	case !lastOfEpoch:
 		return nil
+	case own:
+		if res.torn {
+			w.log.Warn("wal: truncating torn tail", "segment", s.name, "offset", res.end,
+				"dropped_bytes", size-res.end, "reason", res.why)
+		}
+		return w.truncateAndSync(s, size)
 	}
-	if res.torn {
-		w.log.Warn("wal: truncating torn tail", "segment", s.name, "offset", res.end,
-			"dropped_bytes", size-res.end, "reason", res.why)
+	s.growing = true
+	switch {
+	case res.hole:
+		w.log.Warn("wal: another epoch's segment has a hole of zeros; its records end there, the file is left as is",
+			"segment", s.name, "offset", res.end, "ignored_bytes", size-res.end, "reason", res.why)
+	case res.torn:
+		w.log.Warn("wal: another epoch's segment ends in a torn record, perhaps a zombie's write in progress; its records end there, the file is left as is",
+			"segment", s.name, "offset", res.end, "ignored_bytes", size-res.end, "reason", res.why)
 	}
-	return w.truncateAndSync(s, size)
+	return w.syncSegment(s)
 }
 
 // scanFile scans segment s, recording its position range and checking
@@ -94,6 +117,21 @@ func (w *WAL) truncateAndSync(s *segment, size int64) (err error) {
 			return fmt.Errorf("truncate %s: %w", s.name, err)
 		}
 	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", s.name, err)
+	}
+	return nil
+}
+
+// syncSegment syncs another epoch's segment through a read-only handle,
+// so that the records Open reports are durable without writing to a file
+// that is not this epoch's.
+func (w *WAL) syncSegment(s *segment) (err error) {
+	f, err := w.fs.Open(filepath.Join(w.dir, s.name))
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, f.Close()) }()
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("sync %s: %w", s.name, err)
 	}

@@ -17,6 +17,13 @@ import (
 // positions continue. Segments are deleted oldest first, with a directory
 // sync after each, so that a crash leaves a prefix of them deleted, never
 // a hole in an epoch's positions.
+//
+// The last segment Open found of another epoch is judged by what it holds
+// now, since a zombie may have appended to it: it is kept while it holds a
+// record above cursor. A zombie may still append to it after that check;
+// such records were written after this epoch's claim, so no replay needs
+// them. Segments other epochs started after Open are not this WAL's to
+// delete; a later epoch's RemoveThrough will.
 func (w *WAL) RemoveThrough(cursor uint64) error {
 	w.removeMu.Lock()
 	defer w.removeMu.Unlock()
@@ -25,6 +32,17 @@ func (w *WAL) RemoveThrough(cursor uint64) error {
 		return err
 	}
 	for _, s := range victims {
+		if s.growing {
+			last, err := w.lastOnDisk(s)
+			if err != nil {
+				return fmt.Errorf("wal: remove segment: %w", err)
+			}
+			if last > cursor {
+				w.log.Debug("wal: keeping another epoch's segment that grew past the cursor",
+					"segment", s.name, "last", last, "cursor", cursor)
+				continue
+			}
+		}
 		err := w.fs.Remove(filepath.Join(w.dir, s.name))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("wal: remove segment: %w", err)
@@ -78,4 +96,37 @@ func (w *WAL) forget(s *segment) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.segments = slices.DeleteFunc(w.segments, func(x *segment) bool { return x == s })
+}
+
+// lastOnDisk returns the highest position in s, another epoch's last
+// segment at Open: what Open found, or the last of the records that
+// continue it on disk now. Bytes that do not continue it end the search,
+// as they end Replay's. A segment already gone holds nothing more.
+func (w *WAL) lastOnDisk(s *segment) (last uint64, err error) {
+	f, err := w.fs.Open(filepath.Join(w.dir, s.name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return s.last, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer func() { err = errors.Join(err, f.Close()) }()
+	info, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	win := &window{r: f, size: info.Size()}
+	last = s.last
+	for off := s.size; off < info.Size(); {
+		h, _, err := win.next(s.name, s.epoch, off)
+		var ce *CorruptionError
+		if errors.As(err, &ce) || (err == nil && last != 0 && h.FirstPos != last+1) {
+			break
+		}
+		if err != nil {
+			return 0, err
+		}
+		last, off = h.lastPos(), off+h.size()
+	}
+	return last, nil
 }

@@ -1,7 +1,12 @@
 package wal
 
 import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
 	"path/filepath"
+	"slices"
 
 	"github.com/rollwal/rollwal/internal/vfs"
 )
@@ -14,8 +19,13 @@ import (
 // error stops the replay and is returned as is.
 //
 // Records appended but not yet written are written and synced first.
-// Replay reads segments as they were when it started, so it may run while
-// appends continue; it must not overlap a RemoveThrough of its range.
+// Replay reads this epoch's segments as they were when it started, so it
+// may run while appends continue; it must not overlap a RemoveThrough of
+// its range. It reads other epochs' segments as they are on disk when it
+// gets to them: a zombie may have appended records, or started segments,
+// since Open, and those records are returned too, up to the first bytes
+// past what Open found that are not (or not yet) a whole record continuing
+// the epoch's positions. Every CRC is checked again.
 func (w *WAL) Replay(from, to uint64, fn func(h Header, payload []byte) error) (err error) {
 	if from >= to {
 		return nil
@@ -61,9 +71,23 @@ func (w *WAL) merge(readers []*epochReader, fn func(h Header, payload []byte) er
 	return nil
 }
 
+// replaySeg is a segment Replay reads.
+type replaySeg struct {
+	segment        // as Open found it, or as this epoch has written it so far
+	start   int64  // offset of the first record to read
+	next    uint64 // the position the epoch's records past what Open found continue at; 0: any
+	// optional marks a segment that holds no record of the range that
+	// Open found, so that its file may be gone: another writer's
+	// RemoveThrough, or this one's on a lower range, may have deleted it.
+	optional bool
+}
+
 // replaySegments makes sure the records up to to are in files and returns
-// a snapshot of the segments that may hold records in (from, to].
-func (w *WAL) replaySegments(from, to uint64) ([]segment, error) {
+// the segments that may hold records in (from, to], by epoch then index:
+// this epoch's and other epochs' sealed segments that Open found holding
+// such records, the last segment Open found of each other epoch unless it
+// starts past to, and the segments other epochs have started since Open.
+func (w *WAL) replaySegments(from, to uint64) ([]replaySeg, error) {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
@@ -78,23 +102,81 @@ func (w *WAL) replaySegments(from, to uint64) ([]segment, error) {
 		}
 	}
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	var segs []segment
-	for _, s := range w.segments {
-		if s.intersects(from, to) {
-			segs = append(segs, *s)
+	known := make([]segment, len(w.segments))
+	for i, s := range w.segments {
+		known[i] = *s
+	}
+	w.mu.Unlock()
+	// Listed after the snapshot, so that a segment this writer deleted in
+	// between is either in neither or looks new and is optional.
+	names, err := w.fs.List(w.dir)
+	if err != nil {
+		return nil, err
+	}
+	return planReplay(known, names, w.opts.Epoch, from, to), nil
+}
+
+// planReplay picks the segments Replay reads, see replaySegments. known
+// is the WAL's segment list, names the directory's entries now; names that
+// are not segments are left to the next Open to judge.
+func planReplay(known []segment, names []string, epoch, from, to uint64) []replaySeg {
+	lastIndex := map[uint64]uint64{} // per other epoch, its highest index known
+	lastPos := map[uint64]uint64{}   // per other epoch, its highest position known
+	for _, s := range known {
+		if s.epoch != epoch {
+			lastIndex[s.epoch] = max(lastIndex[s.epoch], s.index)
+			lastPos[s.epoch] = max(lastPos[s.epoch], s.last)
 		}
 	}
-	return segs, nil
+	next := func(e uint64) uint64 {
+		if p := lastPos[e]; p != 0 {
+			return p + 1
+		}
+		return 0
+	}
+	var plan []replaySeg
+	for _, s := range known {
+		switch {
+		case s.intersects(from, to):
+			plan = append(plan, replaySeg{segment: s, next: next(s.epoch)})
+		case s.growing && !(s.holds() && s.first > to):
+			// Only what a zombie appended since Open can be in range.
+			plan = append(plan, replaySeg{segment: s, start: s.size, next: next(s.epoch), optional: true})
+		}
+	}
+	for _, name := range names {
+		e, index, ok := parseSegmentName(name)
+		if !ok || e == epoch {
+			continue
+		}
+		if top, seen := lastIndex[e]; seen && index <= top {
+			continue // known, or deleted by this writer since Open
+		}
+		if lastPos[e] >= to {
+			continue // its records continue past to
+		}
+		plan = append(plan, replaySeg{
+			segment: segment{epoch: e, index: index, name: name, growing: true},
+			next:    next(e), optional: true,
+		})
+	}
+	slices.SortFunc(plan, func(a, b replaySeg) int {
+		if a.epoch != b.epoch {
+			return cmpUint(a.epoch, b.epoch)
+		}
+		return cmpUint(a.index, b.index)
+	})
+	return plan
 }
 
 // epochReaders groups segments (ordered by epoch, then index) into one
 // reader per epoch, in ascending epoch order.
-func (w *WAL) epochReaders(segs []segment, from, to uint64) []*epochReader {
+func (w *WAL) epochReaders(segs []replaySeg, from, to uint64) []*epochReader {
 	var readers []*epochReader
 	for i, s := range segs {
 		if i == 0 || segs[i-1].epoch != s.epoch {
-			readers = append(readers, &epochReader{fs: w.fs, dir: w.dir, from: from, to: to})
+			readers = append(readers, &epochReader{fs: w.fs, dir: w.dir, log: w.log,
+				from: from, to: to, next: s.next})
 		}
 		r := readers[len(readers)-1]
 		r.segs = append(r.segs, s)
@@ -119,8 +201,10 @@ func lowest(readers []*epochReader) *epochReader {
 type epochReader struct {
 	fs       vfs.FS
 	dir      string
-	segs     []segment
+	log      *slog.Logger
+	segs     []replaySeg
 	from, to uint64
+	next     uint64 // where records past what Open found must continue; 0: any
 
 	seg int      // index in segs of the open segment
 	f   vfs.File // nil when no segment is open
@@ -140,11 +224,16 @@ func (r *epochReader) advance() error {
 	for r.seg < len(r.segs) {
 		s := &r.segs[r.seg]
 		if r.f == nil {
-			if err := r.open(s); err != nil {
+			err := r.open(s)
+			if s.optional && errors.Is(err, fs.ErrNotExist) {
+				r.seg++
+				continue
+			}
+			if err != nil {
 				return err
 			}
 		}
-		if r.off >= s.size {
+		if r.off >= r.win.size {
 			if err := r.close(); err != nil {
 				return err
 			}
@@ -152,8 +241,20 @@ func (r *epochReader) advance() error {
 			continue
 		}
 		h, stored, err := r.win.next(s.name, s.epoch, r.off)
+		pastOpen := s.growing && r.off >= s.size
+		if pastOpen {
+			if why := r.pastEnd(h, err); why != "" {
+				r.log.Debug("wal: replay stops reading another epoch here", "segment", s.name,
+					"offset", r.off, "reason", why)
+				r.seg = len(r.segs)
+				return r.close()
+			}
+		}
 		if err != nil {
 			return err
+		}
+		if pastOpen {
+			r.next = h.lastPos() + 1
 		}
 		r.recOff, r.off = r.off, r.off+h.size()
 		if h.lastPos() <= r.from {
@@ -169,13 +270,44 @@ func (r *epochReader) advance() error {
 	return nil
 }
 
-func (r *epochReader) open(s *segment) error {
+// pastEnd judges what advance read past what Open found in another
+// epoch's last segment, or in a segment started since: why the epoch's
+// records end there, or "" if h is the next one. Those bytes may be a
+// zombie's write in progress, a torn tail, or anything after one, and none
+// of it is this writer's to repair, so they end the epoch rather than fail
+// the replay. An I/O error is not judged here.
+func (r *epochReader) pastEnd(h recordHeader, err error) string {
+	var ce *CorruptionError
+	switch {
+	case errors.As(err, &ce):
+		return ce.Err.Error()
+	case err != nil:
+		return ""
+	case r.next != 0 && h.FirstPos != r.next:
+		return fmt.Sprintf("%v: record starts at position %d, expected %d", errGap, h.FirstPos, r.next)
+	}
+	return ""
+}
+
+// open opens s at its first record to read. A segment of another epoch
+// that may have grown is read up to its size now.
+func (r *epochReader) open(s *replaySeg) error {
 	f, err := r.fs.Open(filepath.Join(r.dir, s.name))
 	if err != nil {
 		return err
 	}
-	r.f, r.off = f, 0
-	r.win = window{r: f, size: s.size, buf: r.win.buf[:0]}
+	size := s.size
+	if s.growing {
+		info, err := f.Stat()
+		if err != nil {
+			return errors.Join(err, f.Close())
+		}
+		// A file shorter than Open found fails the reads of what is
+		// missing rather than end early.
+		size = max(size, info.Size())
+	}
+	r.f, r.off = f, s.start
+	r.win = window{r: f, size: size, buf: r.win.buf[:0]}
 	return nil
 }
 

@@ -13,6 +13,11 @@ type segment struct {
 	name         string
 	size         int64  // bytes of whole, valid records
 	first, last  uint64 // positions covered; first == 0 while empty
+
+	// growing marks the last segment of another epoch: its writer may be
+	// a zombie that still appends to it, so size, first and last describe
+	// only what Open found, and the file may hold more records now.
+	growing bool
 }
 
 // holds reports whether the segment has at least one record.
@@ -84,7 +89,8 @@ func (w *window) next(name string, epoch uint64, off int64) (recordHeader, []byt
 type scanResult struct {
 	end  int64 // offset just past the last valid record
 	torn bool  // bytes after end hold no valid record and are not all zero
-	why  error // for a torn tail: why the first bad record is bad
+	hole bool  // at end, at least headerSize zero bytes, then a valid record later on
+	why  error // for a torn tail or a hole: why the bytes at end are not a record
 }
 
 // scanSegment reads a segment file of the given epoch from the start,
@@ -92,9 +98,11 @@ type scanResult struct {
 // first bytes that are not a valid record and classifies what follows:
 // only zeros or nothing is the end of data; something else with no valid
 // record after it is a torn tail; a valid record after it is corruption,
-// returned as a *CorruptionError. A record whose CRC verified but whose
-// fields are invalid is corruption too. visit's error stops the scan and is
-// returned as is.
+// returned as a *CorruptionError, unless the bad bytes start with a run of
+// at least headerSize zeros: that is a hole (see classifyTail), reported
+// in the result, and the caller decides. A record whose CRC verified but
+// whose fields are invalid is corruption too. visit's error stops the scan
+// and is returned as is.
 func scanSegment(r io.ReaderAt, size int64, name string, epoch uint64,
 	visit func(h recordHeader, off int64) error) (scanResult, error) {
 	w := &window{r: r, size: size}
@@ -119,6 +127,12 @@ func scanSegment(r io.ReaderAt, size int64, name string, epoch uint64,
 // classifyTail decides what the bytes from off, where a bad record starts,
 // to the end of the file are. It reads them whole: they are a torn tail
 // (short) in the common case, and a full segment at worst.
+//
+// Bad bytes that start with at least headerSize zeros and have a valid
+// record after them are a hole rather than plain damage: no writer ever
+// wrote that header (a record's epoch is never zero), and it is what an
+// older build left when it truncated the torn tail of a zombie's segment
+// and the zombie went on writing at its own file offset.
 func classifyTail(r io.ReaderAt, size int64, name string, epoch uint64, off int64, why error) (scanResult, error) {
 	rest := make([]byte, size-off)
 	if _, err := r.ReadAt(rest, off); err != nil && !errors.Is(err, io.EOF) {
@@ -127,9 +141,13 @@ func classifyTail(r io.ReaderAt, size int64, name string, epoch uint64, off int6
 	if allZero(rest) {
 		return scanResult{end: off}, nil
 	}
-	if i := findRecord(rest[1:], epoch); i >= 0 {
-		return scanResult{}, &CorruptionError{Segment: name, Offset: off,
-			Err: fmt.Errorf("%w, and a valid record follows at offset %d", why, off+1+int64(i))}
+	i := findRecord(rest[1:], epoch)
+	if i < 0 {
+		return scanResult{end: off, torn: true, why: why}, nil
 	}
-	return scanResult{end: off, torn: true, why: why}, nil
+	why = fmt.Errorf("%w, and a valid record follows at offset %d", why, off+1+int64(i))
+	if len(rest) >= headerSize && allZero(rest[:headerSize]) {
+		return scanResult{end: off, hole: true, why: why}, nil
+	}
+	return scanResult{}, &CorruptionError{Segment: name, Offset: off, Err: why}
 }
