@@ -76,3 +76,38 @@ func TestLostLeaseFences(t *testing.T) {
 		t.Fatalf("%d acknowledged ids at epoch %d; want %d at epoch 2", acked, m.WriterEpoch, 10+len(lateAcked))
 	}
 }
+
+// TestReclaimOnFence: with the policy on, a host whose lease was lost claims
+// its shard again with a new epoch, and the rows acknowledged before the
+// fence are still there.
+func TestReclaimOnFence(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewStrictMem()
+	opts := testOptions(fs, tableName(t, ""))
+	opts.LeaseTTL, opts.ReclaimOnFence = 2*time.Second, true
+	h := openHost(t, opts)
+	defer h.Close(ctx)
+	s := mustOpen(t, h, "s0")
+	if _, err := s.Append(ctx, rows("before", 0, 10), Source{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := etcdClient.Revoke(ctx, h.lease.id); err != nil {
+		t.Fatal(err)
+	}
+	var next *Shard
+	waitFor(t, "the shard to be claimed again", func() bool {
+		next, _ = h.Shard("s0")
+		return next != nil && next != s && next.Epoch() == 2
+	})
+	if _, err := next.Append(ctx, rows("after", 0, 10), Source{}); err != nil {
+		t.Fatalf("append after the re-claim: %v", err)
+	}
+	ids := memtableIDs(next)
+	for _, prefix := range []string{"before", "after"} {
+		for _, r := range rows(prefix, 0, 10) {
+			if ids[r["id"].(string)] != 1 {
+				t.Fatalf("id %s: %d copies after the re-claim", r["id"], ids[r["id"].(string)])
+			}
+		}
+	}
+}

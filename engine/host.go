@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/rollwal/rollwal/memtable"
 )
@@ -18,8 +19,13 @@ type Host struct {
 	metrics *metrics
 
 	mu     sync.Mutex
-	lease  *lease
-	shards map[string]*Shard
+	lease   *lease
+	shards  map[string]*Shard
+	closing bool
+
+	// bg bounds background work (re-claims); Close cancels it first.
+	bg       context.Context
+	bgCancel context.CancelFunc
 }
 
 // NewHost validates opts and returns a host with no shards open.
@@ -28,7 +34,9 @@ func NewHost(opts Options) (*Host, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	return &Host{opts: opts, budget: opts.newBudget(), metrics: newMetrics(opts.Registerer), shards: map[string]*Shard{}}, nil
+	bg, cancel := context.WithCancel(context.Background())
+	return &Host{opts: opts, budget: opts.newBudget(), metrics: newMetrics(opts.Registerer), shards: map[string]*Shard{},
+		bg: bg, bgCancel: cancel}, nil
 }
 
 // Open claims and opens a shard; opening an open shard returns it.
@@ -44,6 +52,9 @@ func (h *Host) Open(ctx context.Context, name string) (*Shard, error) {
 	s, err := openShard(ctx, &h.opts, name, h.lease, h.budget, h.metrics)
 	if err != nil {
 		return nil, err
+	}
+	if h.opts.ReclaimOnFence {
+		s.onFenced = h.reclaimInBackground
 	}
 	h.shards[name] = s
 	return s, nil
@@ -71,6 +82,39 @@ func (h *Host) ensureLease(ctx context.Context) error {
 	return nil
 }
 
+// Reclaim closes shard name if it is open (a fenced shard commits nothing
+// on close; its acknowledged rows are in the WAL) and claims it again with a
+// new epoch, replaying what the old writer left.
+func (h *Host) Reclaim(ctx context.Context, name string) (*Shard, error) {
+	h.mu.Lock()
+	old := h.shards[name]
+	delete(h.shards, name)
+	h.mu.Unlock()
+	if old != nil {
+		if err := old.Close(ctx); err != nil {
+			h.opts.Logger.Warn("close fenced shard", "shard", name, "err", err)
+		}
+	}
+	return h.Open(ctx, name)
+}
+
+func (h *Host) reclaimInBackground(old *Shard) {
+	h.mu.Lock()
+	current, closing := h.shards[old.name], h.closing
+	h.mu.Unlock()
+	if current != old || closing {
+		return
+	}
+	ctx, cancel := context.WithTimeout(h.bg, 10*time.Minute)
+	defer cancel()
+	s, err := h.Reclaim(ctx, old.name)
+	if err != nil {
+		h.opts.Logger.Error("re-claim fenced shard", "shard", old.name, "err", err)
+		return
+	}
+	h.opts.Logger.Info("re-claimed fenced shard", "shard", s.name, "epoch", s.Epoch())
+}
+
 // Shard returns an open shard.
 func (h *Host) Shard(name string) (*Shard, bool) {
 	h.mu.Lock()
@@ -94,8 +138,10 @@ func (h *Host) Shards() []*Shard {
 // Close closes every shard, then revokes the lease so successors can claim
 // at once.
 func (h *Host) Close(ctx context.Context) error {
+	h.bgCancel()
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.closing = true
 	var errs []error
 	for name, s := range h.shards {
 		if err := s.Close(ctx); err != nil {

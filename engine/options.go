@@ -68,6 +68,12 @@ type Options struct {
 	// MaxBatchRows bounds the rows of one append; default 100000.
 	MaxBatchRows int
 
+	// ReclaimOnFence makes the host claim a fenced shard again, with a new
+	// lease and epoch, in the background (waiting, as any claim does, for
+	// the current owner key to go). Default off: a fenced shard stays
+	// fenced until Host.Reclaim.
+	ReclaimOnFence bool
+
 	// DisableSourceExclusion replays WAL records of already-flushed
 	// generations. A test switch: it proves that the merge-side cutoff
 	// holds on its own. Never set it in production.

@@ -50,6 +50,9 @@ type Shard struct {
 	// nothing); recorded in the epoch's provenance when it commits.
 	replayEnd uint64
 
+	// onFenced is told once when the shard is fenced.
+	onFenced func(*Shard)
+
 	kick      chan struct{}
 	quit      chan struct{}
 	flusherWG sync.WaitGroup
@@ -301,6 +304,9 @@ func (s *Shard) stop(err error) {
 		if !errors.Is(err, ErrClosed) {
 			s.metrics.fenced.WithLabelValues(s.name).Set(1)
 			s.log.Error("shard stopped", "err", err)
+		}
+		if errors.Is(err, ErrFenced) && s.onFenced != nil {
+			go s.onFenced(s)
 		}
 	}
 }
