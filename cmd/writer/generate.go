@@ -16,9 +16,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/rollwal/rollwal/engine"
-	"github.com/rollwal/rollwal/internal/etcdembed"
+	"github.com/rollwal/rollwal/internal/etcdclient"
 	"github.com/rollwal/rollwal/internal/rolloutgen"
 	"github.com/rollwal/rollwal/wal"
 )
@@ -35,6 +36,7 @@ type generateOptions struct {
 	compression string
 	output      string
 	verbose     bool
+	etcd        etcdclient.Config
 }
 
 func newGenerate() *cobra.Command {
@@ -61,6 +63,7 @@ func newGenerate() *cobra.Command {
 	f.StringVar(&o.compression, "wal-compression", "s2", "WAL compression: none, s2 or zstd")
 	f.StringVarP(&o.output, "output", "o", "table", "output: table or json")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "log progress")
+	addEtcdFlags(f, &o.etcd)
 	return cmd
 }
 
@@ -101,13 +104,13 @@ func (o *generateOptions) run(ctx context.Context, out io.Writer) error {
 		level = slog.LevelInfo
 	}
 	log := newLogger(level)
-	etcd, err := etcdembed.Start(ctx, etcdembed.Options{Dir: filepath.Join(o.dataDir, "etcd"), Logger: log})
+	meta, err := openMetadata(ctx, o.dataDir, o.etcd, log)
 	if err != nil {
 		return err
 	}
-	defer etcd.Close()
+	defer meta.Close()
 	host, err := engine.NewHost(engine.Options{
-		DataDir: o.dataDir, Table: o.table, Etcd: etcd.Client(), Logger: log,
+		DataDir: o.dataDir, Table: o.table, Etcd: meta.client, Logger: log, RequestTimeout: meta.requestTimeout,
 		FlushBytes: o.flushBytes, WALCompression: comp, BudgetWait: 30 * time.Second,
 	})
 	if err != nil {
@@ -122,7 +125,7 @@ func (o *generateOptions) run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rep.Shards = finalStatuses(rep.Shards, etcd, o)
+	rep.Shards = finalStatuses(rep.Shards, meta.client, o)
 	rep.Seconds = time.Since(start).Seconds()
 	rep.RowsPerSec = float64(rep.Rows) / rep.Seconds
 	return o.print(out, rep)
@@ -199,11 +202,11 @@ func statuses(h *engine.Host) []engine.Status {
 
 // finalStatuses re-reads the committed manifests after close, which may
 // have flushed a last generation.
-func finalStatuses(st []engine.Status, etcd *etcdembed.Server, o *generateOptions) []engine.Status {
+func finalStatuses(st []engine.Status, cli *clientv3.Client, o *generateOptions) []engine.Status {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for i := range st {
-		m, err := engine.LoadManifest(ctx, etcd.Client(), "", o.table, st[i].Shard)
+		m, err := engine.LoadManifest(ctx, cli, "", o.table, st[i].Shard)
 		if err != nil {
 			continue
 		}

@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rollwal/rollwal/engine"
+	"github.com/rollwal/rollwal/internal/etcdembed"
 )
 
 func run(t *testing.T, args ...string) (string, error) {
@@ -74,5 +78,36 @@ func TestGenerateRejectsBadFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v; want one naming %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// TestGenerateAgainstExternalEtcd: with --etcd-endpoints the writer keeps
+// its metadata in that cluster and starts no etcd of its own.
+func TestGenerateAgainstExternalEtcd(t *testing.T) {
+	ctx := context.Background()
+	srv, err := etcdembed.Start(ctx, etcdembed.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	dir := t.TempDir()
+	out, err := run(t, "generate", "--data-dir", dir, "--rows", "500", "--shards", "1",
+		"--etcd-endpoints", strings.Join(srv.Endpoints(), ","), "-o", "json")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "etcd")); !os.IsNotExist(err) {
+		t.Fatalf("an embedded etcd was started beside an external one: %v", err)
+	}
+	m, err := engine.LoadManifest(ctx, srv.Client(), "", "rollouts", "s0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.WriterEpoch != 1 || len(m.Flushed) == 0 || m.Flushed[0].Rows != 500 {
+		t.Fatalf("manifest in the external etcd: epoch %d, generations %+v", m.WriterEpoch, m.Flushed)
+	}
+	if _, err := run(t, "generate", "--data-dir", t.TempDir(), "--etcd-endpoints", "127.0.0.1",
+		"--etcd-dial-timeout", "1s"); err == nil || !strings.Contains(err.Error(), "127.0.0.1") {
+		t.Fatalf("a bad endpoint: %v; want an error naming it", err)
 	}
 }
