@@ -18,7 +18,7 @@ type Host struct {
 	budget  *memtable.Budget
 	metrics *metrics
 
-	mu     sync.Mutex
+	mu      sync.Mutex
 	lease   *lease
 	shards  map[string]*Shard
 	closing bool

@@ -197,10 +197,10 @@ func (s *Shard) removeGarbage() error {
 }
 
 // replay inserts the records of (from, to] into the active memtable,
-// skipping what source-side exclusion proves is already committed:
-// records tagged with a generation below current_generation, and records of
-// an older epoch written past a newer epoch's start position (a zombie's
-// unacknowledged tail).
+// skipping what source-side exclusion proves is already committed: records
+// an epoch tagged with a generation that the same epoch committed, and
+// records of an older epoch written past a newer epoch's start position (a
+// zombie's unacknowledged tail).
 func (s *Shard) replay(ctx context.Context, from, to uint64) (int, error) {
 	m := s.manifest
 	var rows int
@@ -228,7 +228,7 @@ func (s *Shard) replay(ctx context.Context, from, to uint64) (int, error) {
 }
 
 func (s *Shard) skipOnReplay(m *shardmeta.Manifest, h wal.Header) bool {
-	if h.Generation < m.CurrentGeneration && !s.opts.DisableSourceExclusion {
+	if !s.opts.DisableSourceExclusion && h.Generation < committedBy(m, h.Epoch) {
 		return true
 	}
 	for _, e := range m.Epochs {
@@ -237,6 +237,22 @@ func (s *Shard) skipOnReplay(m *shardmeta.Manifest, h wal.Header) bool {
 		}
 	}
 	return false
+}
+
+// committedBy returns the generation below which epoch e committed every
+// generation it tagged records with: the start generation of the next
+// epoch. A record of e tagged at or above it was never committed by e
+// itself; a later epoch may have replayed it into another generation, and
+// only the replay cursor can tell whether that generation committed (a
+// replay that spans generations flushes part of the tail and dies with the
+// rest still tagged below current_generation).
+func committedBy(m *shardmeta.Manifest, e uint64) uint64 {
+	for _, r := range m.Epochs {
+		if r.Epoch > e {
+			return r.StartGeneration
+		}
+	}
+	return 0
 }
 
 // replayBatch inserts one replayed record. Replay is bounded in memory:
