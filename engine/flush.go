@@ -72,7 +72,7 @@ func (s *Shard) commitGeneration(ctx context.Context, m *memtable.Memtable) erro
 		return fmt.Errorf("engine: shard %s: flush generation %d: %w", s.name, m.Generation(), err)
 	}
 	if err := s.store.Commit(ctx, s.claim, next); err != nil {
-		if errors.Is(err, shardmeta.ErrFenced) {
+		if isFenced(err) {
 			s.stop(fmt.Errorf("engine: shard %s: %w", s.name, err))
 		} else {
 			// Unknown or not applied: the retry must commit these same
@@ -84,6 +84,8 @@ func (s *Shard) commitGeneration(ctx context.Context, m *memtable.Memtable) erro
 	}
 	s.pending = nil
 	s.manifest = next
+	s.removeDrained(s.pendingDrain)
+	s.pendingDrain = nil
 	if err := s.set.Release(m.Generation()); err != nil {
 		return err
 	}
@@ -109,7 +111,11 @@ func (s *Shard) prepareCommit(ctx context.Context, m *memtable.Memtable) (genera
 	if err != nil {
 		return generation.File{}, nil, err
 	}
-	return f, s.nextManifest(m, f), nil
+	next := s.nextManifest(m, f)
+	gone, kept := drained(next, s.baseWatermark(ctx))
+	next.Flushed = append([]shardmeta.Generation(nil), kept...)
+	s.pendingDrain = gone
+	return f, next, nil
 }
 
 // maxSeq is the highest position m holds; replayed rows may be out of
@@ -190,6 +196,7 @@ func (s *Shard) flusher() {
 		case <-s.kick:
 		case <-tick.C:
 			if !s.due() {
+				s.backgroundDrain()
 				continue
 			}
 		}
@@ -232,6 +239,18 @@ func (s *Shard) waitOrQuit(d time.Duration) bool {
 		return false
 	case <-t.C:
 		return true
+	}
+}
+
+// backgroundDrain drops merged generations from an idle shard's manifest.
+func (s *Shard) backgroundDrain() {
+	if len(s.Manifest().Flushed) == 0 || s.err() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*s.opts.RequestTimeout)
+	defer cancel()
+	if _, err := s.Drain(ctx); err != nil {
+		s.log.Warn("background drain failed; will retry", "err", err)
 	}
 }
 
@@ -279,3 +298,5 @@ func (s *Shard) close(ctx context.Context) error {
 	s.releaseOwner()
 	return errors.Join(errs...)
 }
+
+func isFenced(err error) bool { return errors.Is(err, shardmeta.ErrFenced) }

@@ -46,6 +46,8 @@ type Shard struct {
 	manifest *shardmeta.Manifest
 	// pending is a commit to repeat byte for byte; guarded by flushMu.
 	pending *pendingCommit
+	// pendingDrain are the generations the pending commit drops.
+	pendingDrain []shardmeta.Generation
 	// replayEnd is the generation replay filled last (0: replay found
 	// nothing); recorded in the epoch's provenance when it commits.
 	replayEnd uint64

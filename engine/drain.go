@@ -1,0 +1,79 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/shardmeta"
+)
+
+// Draining is the shard owner's half of a merge: once the base table's
+// watermark for this shard covers a committed generation, the owner drops
+// it from its manifest (with its next commit) and only then deletes its
+// file. The merge coordinator never writes shard manifests.
+
+// baseWatermark reads the highest generation of this shard merged into the
+// base table (0 when none, or when the base state cannot be read: draining
+// is never urgent, so a failure only postpones it).
+func (s *Shard) baseWatermark(ctx context.Context) uint64 {
+	b, _, err := s.store.LoadBaseState(ctx)
+	if err != nil {
+		s.log.Warn("read base state for drain", "err", err)
+		return 0
+	}
+	return b.Shards[s.name].Watermark
+}
+
+// drained splits m's flushed generations at the watermark: those at or
+// below it leave the manifest.
+func drained(m *shardmeta.Manifest, watermark uint64) (gone, kept []shardmeta.Generation) {
+	i := 0
+	for i < len(m.Flushed) && m.Flushed[i].Number <= watermark {
+		i++
+	}
+	return m.Flushed[:i], m.Flushed[i:]
+}
+
+// Drain commits a manifest without the generations the base watermark
+// covers and deletes their files. It returns how many it drained. Flushes
+// drain as part of their own commit; Drain serves idle shards.
+func (s *Shard) Drain(ctx context.Context) (int, error) {
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	if err := s.err(); err != nil {
+		return 0, err
+	}
+	gone, kept := drained(s.manifest, s.baseWatermark(ctx))
+	if len(gone) == 0 {
+		return 0, nil
+	}
+	next := s.manifest.Clone()
+	next.Flushed = append([]shardmeta.Generation(nil), kept...)
+	if err := s.store.Commit(ctx, s.claim, next); err != nil {
+		if isFenced(err) {
+			s.stop(fmt.Errorf("engine: shard %s: %w", s.name, err))
+		}
+		return 0, fmt.Errorf("engine: shard %s: drain: %w", s.name, err)
+	}
+	s.manifest = next
+	s.removeDrained(gone)
+	return len(gone), nil
+}
+
+// removeDrained deletes the files of generations that left the manifest.
+// A failure leaves garbage that the next open removes.
+func (s *Shard) removeDrained(gone []shardmeta.Generation) {
+	for _, g := range gone {
+		if err := s.opts.FS.Remove(filepath.Join(s.genDir, g.File)); err != nil {
+			s.log.Warn("remove drained generation", "generation", g.Number, "file", g.File, "err", err)
+		}
+	}
+	if len(gone) > 0 {
+		if err := vfs.SyncDir(s.opts.FS, s.genDir); err != nil {
+			s.log.Warn("sync generation directory after drain", "err", err)
+		}
+		s.log.Info("drained merged generations", "count", len(gone), "through", gone[len(gone)-1].Number)
+	}
+}

@@ -1,0 +1,259 @@
+package publish
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/shardmeta"
+)
+
+// Commit publishes a staged result in one etcd transaction guarded by the
+// lock's ModRevision and the plan's base-state revision: the files join the
+// base and the shards' watermarks rise to the last staged generations,
+// together, and the base version goes up by one. Then it writes the
+// readers' manifest of the new version.
+//
+// Against the current state: a part whose last generation is at or below
+// the shard's watermark is already merged (a no-op: a repeat of a commit
+// that landed); a part whose first generation is at or below it but whose
+// last is above is a stale prefix (ErrStalePrefix). When every part is a
+// no-op Commit succeeds without writing. Otherwise the state must still be
+// at the plan's revision (ErrBaseMoved). A lost response is resolved by
+// reading the state back: the exact state sent means committed; an
+// unchanged state means ErrNotApplied; a failed read means
+// ErrUnknownOutcome. Commit never retries blindly.
+func (c *Coordinator) Commit(ctx context.Context, s *Staged) error {
+	st, rev, err := c.store.LoadBaseState(ctx)
+	if err != nil {
+		return err
+	}
+	var todo []StagedPart
+	for _, p := range s.Parts {
+		w := st.Shards[p.Shard].Watermark
+		switch {
+		case p.Last <= w:
+			c.log.Info("staged part already merged; no-op", "shard", p.Shard, "first", p.First, "last", p.Last, "watermark", w)
+		case p.First <= w:
+			c.metrics.commits.WithLabelValues("stale").Inc()
+			return fmt.Errorf("%w: shard %q: staged generations %d..%d but the watermark is %d", ErrStalePrefix, p.Shard, p.First, p.Last, w)
+		default:
+			todo = append(todo, p)
+		}
+	}
+	if len(todo) == 0 {
+		if err := c.checkLock(ctx); err != nil {
+			return err
+		}
+		c.metrics.commits.WithLabelValues("noop").Inc()
+		return c.writeReaderManifest(st)
+	}
+	if rev != s.Plan.StateRevision {
+		c.metrics.commits.WithLabelValues("moved").Inc()
+		return fmt.Errorf("%w: planned at revision %d (version %d), now revision %d (version %d)",
+			ErrBaseMoved, s.Plan.StateRevision, s.Plan.BaseVersion, rev, st.Version)
+	}
+	next := st.Clone()
+	next.Version++
+	for _, p := range todo {
+		next.Files = append(next.Files, p.Files...)
+		ms := next.Shards[p.Shard]
+		ms.Watermark = p.Last
+		next.Shards[p.Shard] = ms
+	}
+	data, err := next.Encode()
+	if err != nil {
+		return err
+	}
+	hook := c.testHookCommit
+	if hook == nil {
+		hook = func(err error) error { return err }
+	}
+	if _, err := c.putState(ctx, rev, data, hook); err != nil {
+		switch {
+		case errors.Is(err, ErrNotApplied):
+			c.metrics.commits.WithLabelValues("not_applied").Inc()
+		case errors.Is(err, ErrUnknownOutcome):
+			c.metrics.commits.WithLabelValues("unknown").Inc()
+		}
+		return err
+	}
+	c.metrics.commits.WithLabelValues("ok").Inc()
+	c.log.Info("committed to the base", "version", next.Version, "parts", len(todo), "files", len(next.Files)-len(st.Files))
+	if c.testHookAfterCommit != nil {
+		if err := c.testHookAfterCommit(); err != nil {
+			return err
+		}
+	}
+	return c.writeReaderManifest(next)
+}
+
+// checkLock fails with ErrLockLost unless base/lock is still ours.
+func (c *Coordinator) checkLock(ctx context.Context) error {
+	rctx, cancel := c.rpc(ctx)
+	defer cancel()
+	resp, err := c.cli.Get(rctx, c.keys.BaseLock())
+	if err != nil {
+		return fmt.Errorf("publish: read lock: %w", err)
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].ModRevision != c.lockRev {
+		c.metrics.commits.WithLabelValues("lock_lost").Inc()
+		return fmt.Errorf("%w: %s no longer holds revision %d", ErrLockLost, c.keys.BaseLock(), c.lockRev)
+	}
+	return nil
+}
+
+// ReaderManifest is the readers' manifest, <base>/_manifest/<version>.json.
+type ReaderManifest struct {
+	Version uint64               `json:"version"`
+	Rows    int64                `json:"rows"`
+	Files   []ReaderManifestFile `json:"files"`
+}
+
+// ReaderManifestFile names one data file relative to the base directory.
+type ReaderManifestFile struct {
+	Path string `json:"path"`
+	Rows int64  `json:"rows"`
+}
+
+// ReaderManifestName is the file name of version v's readers' manifest.
+func ReaderManifestName(v uint64) string { return fmt.Sprintf("%020d.json", v) }
+
+// writeReaderManifest writes the readers' manifest of st's version if it is
+// missing (temp → fsync → rename → fsync dir). Version 0 has none.
+func (c *Coordinator) writeReaderManifest(st *shardmeta.BaseState) error {
+	if st.Version == 0 {
+		return nil
+	}
+	fs := c.opts.FS
+	dir := filepath.Join(c.baseDir, "_manifest")
+	final := filepath.Join(dir, ReaderManifestName(st.Version))
+	if _, err := fs.Stat(final); err == nil {
+		return nil
+	}
+	m := ReaderManifest{Version: st.Version, Files: []ReaderManifestFile{}}
+	for _, f := range st.Files {
+		m.Files = append(m.Files, ReaderManifestFile{Path: f.Path, Rows: f.Rows})
+		m.Rows += f.Rows
+	}
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := vfs.MkdirAllDurable(fs, dir, 0o755); err != nil {
+		return fmt.Errorf("publish: readers' manifest: %w", err)
+	}
+	tmp := filepath.Join(dir, ".tmp-"+ReaderManifestName(st.Version))
+	f, err := fs.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("publish: readers' manifest: %w", err)
+	}
+	_, err = f.Write(append(data, '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = fs.Rename(tmp, final)
+	}
+	if err == nil {
+		err = vfs.SyncDir(fs, dir)
+	}
+	if err != nil {
+		_ = fs.Remove(tmp)
+		return fmt.Errorf("publish: readers' manifest %s: %w", final, err)
+	}
+	return nil
+}
+
+// LatestReaderManifest reads the highest-numbered readers' manifest under
+// baseDir; ok is false when there is none.
+func LatestReaderManifest(fs vfs.FS, baseDir string) (m ReaderManifest, ok bool, err error) {
+	dir := filepath.Join(baseDir, "_manifest")
+	names, err := fs.List(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return m, false, nil
+	} else if err != nil {
+		return m, false, err
+	}
+	latest := ""
+	for _, n := range names {
+		if len(n) == len(ReaderManifestName(0)) && filepath.Ext(n) == ".json" && n > latest {
+			latest = n
+		}
+	}
+	if latest == "" {
+		return m, false, nil
+	}
+	f, err := fs.Open(filepath.Join(dir, latest))
+	if err != nil {
+		return m, false, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return m, false, err
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return m, false, fmt.Errorf("publish: %s: %w", latest, err)
+	}
+	return m, true, nil
+}
+
+// Result summarises a RunOnce.
+type Result struct {
+	Passes      int
+	Generations int
+	RowsRead    int64
+	RowsStaged  int64
+	Dropped     int64
+	Version     uint64
+}
+
+// RunOnce does whole merge passes until nothing is left to merge: it first
+// repairs a missing readers' manifest of the committed version, then
+// plans, stages and commits, replanning after each commit (a plan staged
+// in parts by the memory budget needs one pass per part).
+func (c *Coordinator) RunOnce(ctx context.Context) (Result, error) {
+	var res Result
+	st, _, err := c.store.LoadBaseState(ctx)
+	if err != nil {
+		return res, stateErr(err)
+	}
+	if err := c.writeReaderManifest(st); err != nil {
+		return res, err
+	}
+	res.Version = st.Version
+	for {
+		plan, err := c.Plan(ctx)
+		if err != nil {
+			return res, err
+		}
+		res.Version = plan.BaseVersion
+		if plan.Empty() {
+			return res, nil
+		}
+		staged, err := c.Stage(ctx, plan)
+		if err != nil {
+			return res, err
+		}
+		if err := c.Commit(ctx, staged); err != nil {
+			return res, err
+		}
+		res.Passes++
+		for _, p := range staged.Parts {
+			res.Generations += len(p.Generations)
+		}
+		res.RowsRead += staged.RowsRead
+		res.RowsStaged += staged.RowsStaged
+		res.Dropped += staged.DroppedInBase + staged.DroppedInPass
+		res.Version = plan.BaseVersion + 1
+	}
+}

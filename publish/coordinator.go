@@ -1,0 +1,324 @@
+package publish
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/shardmeta"
+)
+
+// Errors, checked with errors.Is. Each returned error names the shard (where
+// there is one) and the values involved.
+var (
+	// ErrLockLost: the coordinator's lock (base/lock) is gone or was taken
+	// over — its lease expired or was revoked. Nothing was written; close
+	// the coordinator, a successor takes over.
+	ErrLockLost = errors.New("publish: merge lock lost")
+	// ErrStalePrefix: a staged part starts at or below the shard's
+	// watermark but ends above it ("stale prefix; replan").
+	ErrStalePrefix = errors.New("publish: stale prefix; replan")
+	// ErrBaseMoved: base/state changed since the plan (another commit or a
+	// cutoff write landed); the pinned commit refuses to rebase. Replan.
+	ErrBaseMoved = errors.New("publish: base state moved since the plan; replan")
+	// ErrInvalidState: the shard's merge state or manifest cannot be
+	// planned against (malformed, an epoch without a cutoff, an observed
+	// epoch above the manifest's). Fail closed: no plan, no commit.
+	ErrInvalidState = errors.New("publish: invalid merge state")
+	// ErrNotApplied: the commit's response was lost and reading back
+	// proved it did not apply; Commit may be called again.
+	ErrNotApplied = errors.New("publish: commit not applied")
+	// ErrUnknownOutcome: the commit's response was lost and reading back
+	// failed too.
+	ErrUnknownOutcome = errors.New("publish: commit outcome unknown")
+)
+
+// Defaults.
+const (
+	DefaultLeaseTTL       = 10 * time.Second
+	DefaultRequestTimeout = 5 * time.Second
+	DefaultMemoryBudget   = 256 << 20
+)
+
+// Options configure a Coordinator.
+type Options struct {
+	// Etcd is the metadata client (required).
+	Etcd *clientv3.Client
+	// Prefix and Table name the table's keys (/<prefix>/<table>/...);
+	// Prefix defaults to "rollwal", Table to "rollouts".
+	Prefix, Table string
+	// DataDir holds <table>/shards/<s>/gen and <table>/base; default ./data.
+	DataDir string
+	// FS is the filesystem; default vfs.Default.
+	FS vfs.FS
+	// Schema is the table's schema; default schema.Rollout().
+	Schema *schema.Schema
+	// LeaseTTL is the TTL of the lock's lease; default 10s.
+	LeaseTTL time.Duration
+	// RequestTimeout bounds every etcd request; default 5s.
+	RequestTimeout time.Duration
+	// MemoryBudget bounds the decoded bytes one Stage call holds; staging
+	// stops at whole generations (always at least one); default 256 MiB.
+	MemoryBudget int64
+	// Codec of the base files; default "snappy".
+	Codec      string
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+func (o *Options) ensureDefaults() {
+	if o.Prefix == "" {
+		o.Prefix = "rollwal"
+	}
+	if o.Table == "" {
+		o.Table = "rollouts"
+	}
+	if o.DataDir == "" {
+		o.DataDir = "./data"
+	}
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.Schema == nil {
+		o.Schema = schema.Rollout()
+	}
+	if o.LeaseTTL == 0 {
+		o.LeaseTTL = DefaultLeaseTTL
+	}
+	if o.RequestTimeout == 0 {
+		o.RequestTimeout = DefaultRequestTimeout
+	}
+	if o.MemoryBudget == 0 {
+		o.MemoryBudget = DefaultMemoryBudget
+	}
+	if o.Codec == "" {
+		o.Codec = "snappy"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Coordinator is the merge coordinator of one table. It holds base/lock
+// from New until Close or until its lease is lost. Its methods are not safe
+// for concurrent use.
+type Coordinator struct {
+	opts    Options
+	keys    shardmeta.Keys
+	store   *shardmeta.Store
+	cli     *clientv3.Client
+	log     *slog.Logger
+	metrics *metrics
+	baseDir string
+
+	lease   clientv3.LeaseID
+	lockRev int64
+	stopKA  context.CancelFunc
+	kaDone  chan struct{}
+	closeMu sync.Once
+
+	// testHookCommit, when set, sees the commit transaction's error and
+	// may replace it (simulating a response lost after the apply).
+	testHookCommit func(err error) error
+	// testHookBeforeCommitTxn, when set, runs before the commit
+	// transaction; an error replaces the transaction (a request lost
+	// before it reached etcd).
+	testHookBeforeCommitTxn func() error
+	// testHookAfterCommit runs after the commit, before the readers'
+	// manifest is written; an error aborts there (a crash).
+	testHookAfterCommit func() error
+}
+
+// New validates opts, takes the table's merge lock (waiting, by watching
+// the key, while another coordinator holds it) and returns the
+// coordinator. Files under base/data that the committed state does not
+// name are deleted: only the lock holder writes there, and anything
+// unnamed is the garbage of a failed stage.
+func New(ctx context.Context, opts Options) (*Coordinator, error) {
+	opts.ensureDefaults()
+	if opts.Etcd == nil {
+		return nil, errors.New("publish: no etcd client")
+	}
+	if opts.LeaseTTL < time.Second {
+		return nil, fmt.Errorf("publish: lease TTL %v is below 1s", opts.LeaseTTL)
+	}
+	if err := opts.Schema.Validate(); err != nil {
+		return nil, err
+	}
+	keys := shardmeta.Keys{Prefix: opts.Prefix, Table: opts.Table}
+	if err := keys.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Coordinator{
+		opts: opts, keys: keys, cli: opts.Etcd, log: opts.Logger.With("table", opts.Table),
+		store:   shardmeta.NewStore(opts.Etcd, keys, shardmeta.StoreOptions{RequestTimeout: opts.RequestTimeout, Logger: opts.Logger}),
+		baseDir: filepath.Join(opts.DataDir, opts.Table, "base"),
+	}
+	m, err := newMetrics(opts.Registerer, opts.Table)
+	if err != nil {
+		return nil, err
+	}
+	c.metrics = m
+	if err := c.acquire(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.removeGarbage(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Coordinator) rpc(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.opts.RequestTimeout)
+}
+
+// acquire grants a lease, keeps it alive and puts base/lock under it if
+// absent; while another holder has it, it watches the key for its DELETE.
+func (c *Coordinator) acquire(ctx context.Context) error {
+	rctx, cancel := c.rpc(ctx)
+	g, err := c.cli.Grant(rctx, int64(c.opts.LeaseTTL/time.Second))
+	cancel()
+	if err != nil {
+		return fmt.Errorf("publish: grant lease: %w", err)
+	}
+	c.lease = g.ID
+	kactx, stop := context.WithCancel(context.Background())
+	ka, err := c.cli.KeepAlive(kactx, g.ID)
+	if err != nil {
+		stop()
+		return fmt.Errorf("publish: keep lease alive: %w", err)
+	}
+	c.stopKA, c.kaDone = stop, make(chan struct{})
+	go func() {
+		defer close(c.kaDone)
+		for range ka {
+		}
+	}()
+	host, _ := os.Hostname()
+	value := fmt.Sprintf(`{"coordinator":%q,"pid":%d}`, host, os.Getpid())
+	key := c.keys.BaseLock()
+	for {
+		rctx, cancel := c.rpc(ctx)
+		resp, err := c.cli.Txn(rctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, value, clientv3.WithLease(g.ID))).
+			Else(clientv3.OpGet(key)).Commit()
+		cancel()
+		if err != nil {
+			c.release()
+			return fmt.Errorf("publish: take lock %s: %w", key, err)
+		}
+		if resp.Succeeded {
+			c.lockRev = resp.Header.Revision
+			c.log.Info("took the merge lock", "key", key, "revision", c.lockRev, "lease", fmt.Sprintf("%x", g.ID))
+			return nil
+		}
+		held := resp.Responses[0].GetResponseRange().GetKvs()
+		if len(held) == 0 {
+			continue
+		}
+		c.log.Info("merge lock held; waiting for its release", "holder", string(held[0].Value))
+		if err := c.waitDeleted(ctx, key, held[0].ModRevision); err != nil {
+			c.release()
+			return err
+		}
+	}
+}
+
+func (c *Coordinator) waitDeleted(ctx context.Context, key string, rev int64) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for wr := range c.cli.Watch(wctx, key, clientv3.WithRev(rev+1)) {
+		if err := wr.Err(); err != nil {
+			return fmt.Errorf("publish: watch lock %s: %w", key, err)
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				return nil
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("publish: waiting for lock %s: %w", key, err)
+	}
+	return fmt.Errorf("publish: watch of lock %s ended", key)
+}
+
+// release stops the keepalive and revokes the lease (deleting the lock).
+func (c *Coordinator) release() {
+	if c.stopKA != nil {
+		c.stopKA()
+		<-c.kaDone
+	}
+	if c.lease != 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), c.opts.RequestTimeout)
+		_, _ = c.cli.Revoke(ctx, c.lease)
+		cancel()
+	}
+}
+
+// Close releases the lock. It does not wait for anything else.
+func (c *Coordinator) Close() error {
+	c.closeMu.Do(c.release)
+	return nil
+}
+
+// LockRevision is the revision at which the lock was taken: every write of
+// this coordinator is guarded by ModRevision(base/lock) == LockRevision.
+func (c *Coordinator) LockRevision() int64 { return c.lockRev }
+
+// Lease is the lease the lock is bound to.
+func (c *Coordinator) Lease() clientv3.LeaseID { return c.lease }
+
+// BaseDir is <data>/<table>/base.
+func (c *Coordinator) BaseDir() string { return c.baseDir }
+
+// removeGarbage deletes base data files the committed state does not name.
+func (c *Coordinator) removeGarbage(ctx context.Context) error {
+	st, _, err := c.store.LoadBaseState(ctx)
+	if errors.Is(err, shardmeta.ErrInvalidBaseState) {
+		c.log.Warn("base state refused; not collecting garbage (Plan fails closed)", "err", err)
+		return nil
+	} else if err != nil {
+		return err
+	}
+	named := map[string]bool{}
+	for _, f := range st.Files {
+		named[filepath.FromSlash(f.Path)] = true
+	}
+	dataDir := filepath.Join(c.baseDir, "data")
+	shards, err := c.opts.FS.List(dataDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("publish: list %s: %w", dataDir, err)
+	}
+	for _, s := range shards {
+		names, err := c.opts.FS.List(filepath.Join(dataDir, s))
+		if err != nil {
+			continue // not a directory
+		}
+		for _, n := range names {
+			rel := filepath.Join("data", s, n)
+			if named[rel] {
+				continue
+			}
+			if err := c.opts.FS.Remove(filepath.Join(c.baseDir, rel)); err != nil {
+				return fmt.Errorf("publish: remove uncommitted base file %s: %w", rel, err)
+			}
+			c.log.Info("removed uncommitted base file", "file", rel)
+		}
+	}
+	return nil
+}

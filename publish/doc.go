@@ -1,0 +1,61 @@
+// Package publish merges the shards' flushed generations into a table's base
+// table — Parquet files under <data>/<table>/base/data/ plus readers'
+// manifests under <data>/<table>/base/_manifest/ — so that every
+// acknowledged row is in the base exactly once, through writer restarts
+// that replay already-published WAL tails into new generation numbers.
+//
+// # Roles and keys
+//
+// One Coordinator per table holds base/lock: a put-if-absent transaction
+// binds the key to the coordinator's own lease; a second coordinator
+// watches the key for its DELETE. The lock's ModRevision guards every
+// write the coordinator makes to base/state (shardmeta.BaseState: version,
+// files, and per shard {watermark, observed_epoch, cutoff}). The
+// coordinator reads shard manifests and never writes them: the shard owner
+// drains generations at or below the watermark on its next commit, and only
+// then deletes their files.
+//
+// # One pass: Plan → Stage → Commit → readers' manifest
+//
+//	Plan    read base/state (revision R) and every shard manifest
+//	        (writer epoch e, flushed F, current generation c); per shard:
+//	          malformed state, observed epoch without cutoff, o > e → fail
+//	            closed (ErrInvalidState naming the shard), nothing written
+//	          o absent (new or legacy state) → k = max(k, max F, c), o = e
+//	          o < e, provenance for every epoch in (o, e] → o = e, k kept:
+//	            only replay ranges are checked (precise)
+//	          o < e, provenance missing → k = max(k, max F, c), o = e
+//	          o == e → k kept: steady state stays lookup-free
+//	        persist {o, k}: Txn If ModRev(lock)=L ∧ ModRev(state)=R Then put
+//	        plan = flushed generations above the watermark, ascending; each
+//	          ID-check if g <= k, or g in [start_generation,
+//	          replay_end_generation] of an epoch, or g (flushed by epoch x)
+//	          starts at a WAL position <= the tail x inherited at its claim
+//	          (replayed rows keep their positions; new rows get higher ones)
+//	Stage   read each generation; drop ids seen earlier in the pass; for
+//	        ID-check generations drop ids already in the base (bloom filter
+//	        on id per row group, hits confirmed by reading that row group's
+//	        id column); write the rest as a new base file (generation.Write:
+//	        temp, fsync, rename, dir fsync; bloom filter on id); stop at a
+//	        whole generation once MemoryBudget is used
+//	Commit  one Txn If ModRev(lock)=L ∧ ModRev(state)=R' Then put state
+//	        with version+1, the new files and the raised watermarks; a part
+//	        at or below the watermark is a no-op, a part straddling it is
+//	        ErrStalePrefix; a lost response is resolved by reading back
+//	        (exact bytes → committed; unchanged → ErrNotApplied; read fails
+//	        → ErrUnknownOutcome), never by a blind retry
+//	then    write _manifest/<version %020d>.json (files relative to the base
+//	        dir, row counts); RunOnce repairs a missing one first
+//
+// A revoked lease deletes the lock, so the guard fails (ErrLockLost) and
+// nothing lands; a successor's New removes the files the committed state
+// does not name. RunOnce loops Plan/Stage/Commit until nothing is left.
+//
+// Why epoch changes: replay happens only when a writer opens, and every
+// open claims a new epoch; extending the cutoff to the active generation c
+// protects a plan made between the claim and the replay's flush. The
+// writer's own source-side exclusion is the first defence; this cutoff is
+// the second and holds on its own (engine.Options.DisableSourceExclusion).
+//
+// The format of the base table is docs/format/base.md.
+package publish

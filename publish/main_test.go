@@ -1,0 +1,331 @@
+package publish
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/rollwal/rollwal/engine"
+	"github.com/rollwal/rollwal/generation"
+	"github.com/rollwal/rollwal/internal/etcdembed"
+	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/shardmeta"
+)
+
+// etcdClient is the package's one embedded etcd; each test uses its own
+// table.
+var etcdClient *clientv3.Client
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "rollwal-publish-etcd-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	srv, err := etcdembed.Start(context.Background(), etcdembed.Options{Dir: dir})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start embedded etcd:", err)
+		return 1
+	}
+	defer srv.Close()
+	etcdClient = srv.Client()
+	return m.Run()
+}
+
+var nonName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+var tables atomic.Int64
+
+func tableName(t testing.TB) string {
+	name := fmt.Sprintf("%s-%d", nonName.ReplaceAllString(t.Name(), "_"), tables.Add(1))
+	if len(name) > 100 {
+		name = name[len(name)-100:]
+	}
+	return name
+}
+
+// countingFS counts opens of base data files: every base-table read starts
+// with one.
+type countingFS struct {
+	vfs.FS
+	baseOpens atomic.Int64
+}
+
+func (c *countingFS) Open(name string) (vfs.File, error) {
+	if strings.Contains(filepath.ToSlash(name), "/base/data/") {
+		c.baseOpens.Add(1)
+	}
+	return c.FS.Open(name)
+}
+
+// env is one table: its data directory, the engine options of its writers
+// and every id ever acknowledged.
+type env struct {
+	t     *testing.T
+	ctx   context.Context
+	fs    *countingFS
+	dir   string
+	table string
+	opts  engine.Options
+	ids   map[string]bool
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	e := &env{t: t, ctx: ctx, fs: &countingFS{FS: vfs.Default}, dir: t.TempDir(), table: tableName(t), ids: map[string]bool{}}
+	e.opts = engine.Options{
+		DataDir: e.dir, FS: e.fs, Table: e.table, Etcd: etcdClient,
+		WALSegmentSize: 64 << 10, FlushBytes: 1 << 20, FlushAge: -1,
+		MemoryBudget: 64 << 20, RequestTimeout: 5 * time.Second, LeaseTTL: 2 * time.Second,
+		NoFlushOnClose: true,
+	}
+	t.Cleanup(func() { e.checkBase() })
+	return e
+}
+
+func (e *env) host(disableExclusion bool) *engine.Host {
+	e.t.Helper()
+	o := e.opts
+	o.DisableSourceExclusion = disableExclusion
+	h, err := engine.NewHost(o)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = h.Close(context.Background()) })
+	return h
+}
+
+func (e *env) open(h *engine.Host, shard string) *engine.Shard {
+	e.t.Helper()
+	s, err := h.Open(e.ctx, shard)
+	if err != nil {
+		e.t.Fatalf("open %s: %v", shard, err)
+	}
+	return s
+}
+
+func (e *env) appendRows(s *engine.Shard, prefix string, from, n int) {
+	e.t.Helper()
+	rows := make([]schema.Row, n)
+	for i := range rows {
+		id := prefix + "-" + strconv.Itoa(from+i)
+		rows[i] = schema.Row{"id": id, "prompt": "p " + id, "completion": "c", "reward": float64(i)}
+		e.ids[id] = true
+	}
+	if _, err := s.Append(e.ctx, rows, engine.Source{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) flush(s *engine.Shard) uint64 {
+	e.t.Helper()
+	g, err := s.Flush(e.ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return g
+}
+
+func (e *env) coordinator(mod ...func(*Options)) *Coordinator {
+	e.t.Helper()
+	o := Options{Etcd: etcdClient, Prefix: "rollwal", Table: e.table, DataDir: e.dir, FS: e.fs, LeaseTTL: 5 * time.Second}
+	for _, f := range mod {
+		f(&o)
+	}
+	c, err := New(e.ctx, o)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func (e *env) runOnce(c *Coordinator) Result {
+	e.t.Helper()
+	r, err := c.RunOnce(e.ctx)
+	if err != nil {
+		e.t.Fatalf("RunOnce: %v", err)
+	}
+	return r
+}
+
+func (e *env) keys() shardmeta.Keys { return shardmeta.Keys{Prefix: "rollwal", Table: e.table} }
+
+func (e *env) state() (*shardmeta.BaseState, int64) {
+	e.t.Helper()
+	st, rev, err := shardmeta.NewStore(etcdClient, e.keys(), shardmeta.StoreOptions{}).LoadBaseState(e.ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return st, rev
+}
+
+func (e *env) putManifest(shard string, m *shardmeta.Manifest) {
+	e.t.Helper()
+	data, err := m.Encode()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := etcdClient.Put(e.ctx, e.keys().Manifest(shard), string(data)); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// drain does what the shard owner's next commit does (the shard must be
+// closed): drop the generations the base watermark covers. With lag it
+// also sets the replay cursor back to 0, leaving it lagging the flushes.
+func (e *env) drain(shard string, lag bool) {
+	e.t.Helper()
+	m, err := engine.LoadManifest(e.ctx, etcdClient, "rollwal", e.table, shard)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	st, _ := e.state()
+	w := st.Shards[shard].Watermark
+	var keep []shardmeta.Generation
+	for _, g := range m.Flushed {
+		if g.Number > w {
+			keep = append(keep, g)
+		}
+	}
+	m.Flushed = keep
+	if lag {
+		if len(keep) != 0 {
+			e.t.Fatalf("shard %s: cannot lag the cursor with %d unmerged generations", shard, len(keep))
+		}
+		m.ReplayCursor = 0
+	}
+	e.putManifest(shard, m)
+}
+
+// baseIDs reads every committed base file and counts each id.
+func (e *env) baseIDs() (map[string]int, int64) {
+	e.t.Helper()
+	st, _ := e.state()
+	ids := map[string]int{}
+	var rows int64
+	for _, f := range st.Files {
+		_, d, err := generation.Read(e.fs.FS, filepath.Join(e.dir, e.table, "base", filepath.FromSlash(f.Path)), schema.Rollout())
+		if err != nil {
+			e.t.Fatalf("base file %s: %v", f.Path, err)
+		}
+		if int64(d.Rows.Len()) != f.Rows {
+			e.t.Fatalf("base file %s: %d rows, the state says %d", f.Path, d.Rows.Len(), f.Rows)
+		}
+		for _, id := range d.Rows.IDs {
+			ids[id]++
+		}
+		rows += int64(d.Rows.Len())
+	}
+	return ids, rows
+}
+
+// checkBase is the global invariant: base rows == distinct ids, every id
+// once; the latest readers' manifest names exactly the committed files;
+// pyarrow (when ROLLWAL_PYTHON is set) reads the same through it.
+func (e *env) checkBase() {
+	t := e.t
+	if t.Failed() {
+		return
+	}
+	ids, rows := e.baseIDs()
+	if int64(len(ids)) != rows {
+		for id, n := range ids {
+			if n > 1 {
+				t.Errorf("id %s is in the base %d times", id, n)
+			}
+		}
+		t.Fatalf("base has %d rows for %d distinct ids", rows, len(ids))
+	}
+	st, _ := e.state()
+	if st.Version == 0 {
+		return
+	}
+	m, ok, err := LatestReaderManifest(e.fs.FS, filepath.Join(e.dir, e.table, "base"))
+	if err != nil || !ok {
+		t.Fatalf("readers' manifest: ok=%v err=%v", ok, err)
+	}
+	if m.Version != st.Version || len(m.Files) != len(st.Files) || m.Rows != rows {
+		t.Fatalf("readers' manifest v%d (%d files, %d rows) disagrees with state v%d (%d files, %d rows)",
+			m.Version, len(m.Files), m.Rows, st.Version, len(st.Files), rows)
+	}
+	py := os.Getenv("ROLLWAL_PYTHON")
+	if py == "" {
+		t.Log("ROLLWAL_PYTHON not set: pyarrow read-back of the base skipped")
+		return
+	}
+	const script = `
+import json, os, sys
+import pyarrow.parquet as pq
+base = sys.argv[1]
+names = sorted(n for n in os.listdir(os.path.join(base, "_manifest")) if n.endswith(".json") and not n.startswith("."))
+m = json.load(open(os.path.join(base, "_manifest", names[-1])))
+ids = []
+for f in m["files"]:
+    t = pq.read_table(os.path.join(base, f["path"]), columns=["id"])
+    assert t.num_rows == f["rows"], (f, t.num_rows)
+    ids += t.column("id").to_pylist()
+json.dump({"version": m["version"], "rows": len(ids), "distinct": len(set(ids))}, sys.stdout)
+`
+	cmd := exec.Command(py, "-c", script, filepath.Join(e.dir, e.table, "base"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("pyarrow: %v\n%s", err, stderr.String())
+	}
+	var got struct {
+		Version        uint64
+		Rows, Distinct int64
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("pyarrow output %q: %v", out, err)
+	}
+	if got.Version != st.Version || got.Rows != rows || got.Distinct != int64(len(ids)) {
+		t.Fatalf("pyarrow read v%d %d rows %d distinct; Go read v%d %d rows %d distinct",
+			got.Version, got.Rows, got.Distinct, st.Version, rows, len(ids))
+	}
+}
+
+// wantAllIDs checks that the base holds exactly the acknowledged ids.
+func (e *env) wantAllIDs() {
+	e.t.Helper()
+	ids, _ := e.baseIDs()
+	if len(ids) != len(e.ids) {
+		e.t.Fatalf("base has %d distinct ids, %d were acknowledged", len(ids), len(e.ids))
+	}
+	for id := range e.ids {
+		if ids[id] != 1 {
+			e.t.Fatalf("id %s is in the base %d times", id, ids[id])
+		}
+	}
+}
+
+func genFlags(p *Plan, shard string) map[uint64]bool {
+	out := map[uint64]bool{}
+	for _, sp := range p.Shards {
+		if sp.Shard == shard {
+			for _, g := range sp.Generations {
+				out[g.Number] = g.IDCheck
+			}
+		}
+	}
+	return out
+}
