@@ -83,7 +83,9 @@ func (s *Shard) commitGeneration(ctx context.Context, m *memtable.Memtable) erro
 		return fmt.Errorf("engine: shard %s: commit generation %d: %w", s.name, m.Generation(), err)
 	}
 	s.pending = nil
+	prev := s.manifest
 	s.manifest = next
+	s.persistSnapshots(ctx, prev, next)
 	s.removeDrained(s.pendingDrain)
 	s.pendingDrain = nil
 	if err := s.set.Release(m.Generation()); err != nil {

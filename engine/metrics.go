@@ -19,6 +19,8 @@ type metrics struct {
 	memtableBytes *prometheus.GaugeVec
 	fenced        *prometheus.GaugeVec
 	epoch         *prometheus.GaugeVec
+
+	snapshotPersists *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -37,5 +39,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		memtableBytes: f.NewGaugeVec(prometheus.GaugeOpts{Name: "writer_memtable_bytes", Help: "Bytes held by the shard's memtables."}, shard),
 		fenced:        f.NewGaugeVec(prometheus.GaugeOpts{Name: "writer_fenced", Help: "1 when the shard is fenced or stopped."}, shard),
 		epoch:         f.NewGaugeVec(prometheus.GaugeOpts{Name: "writer_epoch", Help: "The writer epoch claimed for the shard."}, shard),
+		snapshotPersists: f.NewCounterVec(prometheus.CounterOpts{Name: "writer_snapshot_persists_total", Help: "Snapshot offset persists after commits, by result (ok, conflict, error)."},
+			[]string{"shard", "result"}),
 	}
 }

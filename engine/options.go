@@ -13,6 +13,7 @@ import (
 	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/memtable"
 	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/snapshot"
 	"github.com/rollwal/rollwal/wal"
 )
 
@@ -67,6 +68,12 @@ type Options struct {
 	BudgetWait time.Duration
 	// MaxBatchRows bounds the rows of one append; default 100000.
 	MaxBatchRows int
+
+	// Snapshots, when set, receives after every manifest commit the highest
+	// offset per source that committed generations cover (the upstream
+	// resume points). A rejected persist (a newer writer moved the offset
+	// further) is logged, never fatal. The store stays the caller's.
+	Snapshots snapshot.Store
 
 	// ReclaimOnFence makes the host claim a fenced shard again, with a new
 	// lease and epoch, in the background (waiting, as any claim does, for

@@ -15,6 +15,7 @@ import (
 	"github.com/rollwal/rollwal/memtable"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
+	"github.com/rollwal/rollwal/snapshot"
 	"github.com/rollwal/rollwal/wal"
 )
 
@@ -52,6 +53,9 @@ type Shard struct {
 	// nothing); recorded in the epoch's provenance when it commits.
 	replayEnd uint64
 
+	// snapshots are the resume points loaded at open.
+	snapshots map[string]snapshot.Snapshot
+
 	// onFenced is told once when the shard is fenced.
 	onFenced func(*Shard)
 
@@ -83,6 +87,7 @@ func openShard(ctx context.Context, o *Options, name string, l *lease, budget *m
 	if err := s.claimAndOpenWAL(ctx); err != nil {
 		return nil, err
 	}
+	s.loadSnapshots(ctx)
 	if err := s.recover(ctx); err != nil {
 		s.w.Close()
 		s.set.Close()

@@ -21,6 +21,7 @@ import (
 	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/internal/etcdclient"
 	"github.com/rollwal/rollwal/internal/rolloutgen"
+	"github.com/rollwal/rollwal/snapshot"
 	"github.com/rollwal/rollwal/wal"
 )
 
@@ -109,8 +110,13 @@ func (o *generateOptions) run(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	defer meta.Close()
+	snaps, err := snapshot.NewEtcd(meta.client, "rollwal-snapshots", snapshot.EtcdOptions{RequestTimeout: meta.requestTimeout})
+	if err != nil {
+		return err
+	}
 	host, err := engine.NewHost(engine.Options{
 		DataDir: o.dataDir, Table: o.table, Etcd: meta.client, Logger: log, RequestTimeout: meta.requestTimeout,
+		Snapshots: snaps,
 		FlushBytes: o.flushBytes, WALCompression: comp, BudgetWait: 30 * time.Second,
 	})
 	if err != nil {
@@ -155,10 +161,11 @@ func (o *generateOptions) append(ctx context.Context, host *engine.Host) (report
 				n += rows % o.producers
 			}
 			gen := rolloutgen.New(o.seed+uint64(i*1000+p), fmt.Sprintf("%d-%s-p%d", o.seed, sh.Name(), p))
+			source := fmt.Sprintf("generator-%d-p%d", o.seed, p)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				stored, dups, err := o.produce(ctx, sh, gen, n)
+				stored, dups, err := o.produce(ctx, sh, gen, source, n)
 				mu.Lock()
 				defer mu.Unlock()
 				rep.Rows += stored
@@ -178,10 +185,13 @@ func (o *generateOptions) append(ctx context.Context, host *engine.Host) (report
 	return rep, errors.Join(errs...)
 }
 
-func (o *generateOptions) produce(ctx context.Context, sh *engine.Shard, gen *rolloutgen.Generator, n int) (stored, dups int64, err error) {
+// produce appends n rows; each append carries its source's offset (the
+// count of rows it covers), which the writer persists as a snapshot once a
+// committed generation covers it.
+func (o *generateOptions) produce(ctx context.Context, sh *engine.Shard, gen *rolloutgen.Generator, source string, n int) (stored, dups int64, err error) {
 	for done := 0; done < n; {
 		k := min(o.batch, n-done)
-		res, err := sh.Append(ctx, gen.Rows(k), engine.Source{})
+		res, err := sh.Append(ctx, gen.Rows(k), engine.Source{Name: source, Offset: int64(done + k)})
 		if err != nil {
 			return stored, dups, err
 		}
