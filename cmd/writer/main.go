@@ -26,7 +26,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newGenerate())
+	root.AddCommand(newGenerate(), newSnapshot())
 	return root
 }
 
