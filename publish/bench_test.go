@@ -15,9 +15,13 @@ import (
 // BenchmarkMerge stages one 10,000-row generation against a base of
 // baseRows rows, lookup-free and with the ID check (bloom probe of every
 // base row group, exact confirmation of hits). Base sizes: 100k and 1M rows
-// (10M is left out: building it takes minutes per run).
+// (10M only with ROLLWAL_BENCH_10M=1: building it takes minutes per run).
 func BenchmarkMerge(b *testing.B) {
-	for _, baseRows := range []int{100_000, 1_000_000} {
+	sizes := []int{100_000, 1_000_000}
+	if os.Getenv("ROLLWAL_BENCH_10M") != "" {
+		sizes = append(sizes, 10_000_000)
+	}
+	for _, baseRows := range sizes {
 		b.Run(fmt.Sprintf("base=%d", baseRows), func(b *testing.B) {
 			e := benchEnv(b, baseRows)
 			for _, check := range []bool{false, true} {
