@@ -43,6 +43,9 @@ func NewHost(opts Options) (*Host, error) {
 func (h *Host) Open(ctx context.Context, name string) (*Shard, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.closing {
+		return nil, fmt.Errorf("%w: the host is closed", ErrClosed)
+	}
 	if s, ok := h.shards[name]; ok {
 		return s, nil
 	}
