@@ -140,10 +140,11 @@ func TestCutOffWriterFences(t *testing.T) {
 	s := mustOpen(t, h, "s0")
 	p := startProducers(s, 2)
 	p.progress(t, 20, "before the cut")
-	cut := time.Now()
 	for i := range 3 {
 		mustDo(t, cl.Pause(i))
 	}
+	// Every keepalive that could still succeed was sent before this instant.
+	cut := time.Now()
 	waitFor(t, "the cut-off writer to go fenced", func() bool { return errors.Is(s.err(), ErrFenced) })
 	p.halt()
 	for i := range 3 {

@@ -40,7 +40,6 @@ func TestFsyncFailureStopsWriter(t *testing.T) {
 	h.Close(ctx)
 
 	opts.FS = mem.CrashClone()
-	t.Logf("after crash:\n%s", opts.FS)
 	h = openHost(t, opts)
 	defer h.Close(ctx)
 	s = mustOpen(t, h, "s0")
