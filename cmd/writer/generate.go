@@ -116,7 +116,7 @@ func (o *generateOptions) run(ctx context.Context, out io.Writer) error {
 	}
 	host, err := engine.NewHost(engine.Options{
 		DataDir: o.dataDir, Table: o.table, Etcd: meta.client, Logger: log, RequestTimeout: meta.requestTimeout,
-		Snapshots: snaps,
+		Snapshots:  snaps,
 		FlushBytes: o.flushBytes, WALCompression: comp, BudgetWait: 30 * time.Second,
 	})
 	if err != nil {
