@@ -9,10 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rollwal/rollwal/internal/etcderr"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // lease is the host's etcd lease, kept alive by hand so that its local
@@ -148,7 +147,7 @@ func retryTransient(ctx context.Context, log *slog.Logger, what string, op func(
 	backoff := 50 * time.Millisecond
 	for {
 		err := op()
-		if err == nil || !transient(err) || ctx.Err() != nil {
+		if err == nil || !etcderr.Transient(err) || ctx.Err() != nil {
 			return err
 		}
 		log.Warn("etcd unavailable; retrying", "op", what, "err", err, "in", backoff)
@@ -161,16 +160,4 @@ func retryTransient(ctx context.Context, log *slog.Logger, what string, op func(
 		}
 		backoff = min(2*backoff, time.Second)
 	}
-}
-
-func transient(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, rpctypes.ErrNoLeader) ||
-		errors.Is(err, rpctypes.ErrTimeout) || errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail) {
-		return true
-	}
-	switch status.Code(err) {
-	case codes.Unavailable, codes.DeadlineExceeded:
-		return true
-	}
-	return false
 }

@@ -2,18 +2,15 @@ package shardmeta
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
 	"time"
 
+	"github.com/rollwal/rollwal/internal/etcderr"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // DefaultRequestTimeout bounds each etcd request of a Store.
@@ -192,26 +189,8 @@ func (e *ambiguousError) Unwrap() error { return e.err }
 // cancellations, unavailability, lost connections — as ambiguous.
 func classify(op, shard string, err error) error {
 	err = fmt.Errorf("shardmeta: %s shard %q: %w", op, shard, err)
-	if definitive(err) {
+	if etcderr.Definitive(err) {
 		return err
 	}
 	return &ambiguousError{err}
-}
-
-func definitive(err error) bool {
-	var code codes.Code
-	var ee rpctypes.EtcdError
-	if errors.As(err, &ee) {
-		code = ee.Code()
-	} else if st, ok := status.FromError(err); ok {
-		code = st.Code()
-	} else {
-		return false
-	}
-	switch code {
-	case codes.InvalidArgument, codes.FailedPrecondition, codes.ResourceExhausted, codes.PermissionDenied,
-		codes.Unauthenticated, codes.OutOfRange, codes.AlreadyExists, codes.NotFound:
-		return true
-	}
-	return false
 }

@@ -11,11 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rollwal/rollwal/internal/etcderr"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // Defaults and bounds of the etcd backend.
@@ -183,7 +181,7 @@ func (s *Etcd) Persist(ctx context.Context, key Key, snap Snapshot) (err error) 
 		}
 		landed, cur, err := s.swap(ctx, k, rev, val, lease)
 		switch {
-		case err != nil && definitive(err):
+		case err != nil && etcderr.Definitive(err):
 			return fmt.Errorf("snapshot: etcd: persist key %s: refused (nothing written): %w", key, err)
 		case err != nil:
 			keepLease = true // the write may hold it
@@ -242,7 +240,7 @@ func (s *Etcd) Delete(ctx context.Context, key Key) error {
 	defer cancel()
 	resp, err := s.kv.Delete(rctx, s.etcdKey(key), clientv3.WithPrevKV())
 	if err != nil {
-		if definitive(err) {
+		if etcderr.Definitive(err) {
 			return fmt.Errorf("snapshot: etcd: delete key %s: refused (nothing deleted): %w", key, err)
 		}
 		return fmt.Errorf("%w: etcd: delete key %s: %w", ErrUnknownOutcome, key, err)
@@ -289,27 +287,6 @@ func (s *Etcd) revoke(ctx context.Context, id clientv3.LeaseID) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.RequestTimeout)
 	defer cancel()
 	_, _ = s.lease.Revoke(ctx, id)
-}
-
-// definitive reports whether a failed etcd request is known not to have
-// reached the state machine. Everything else — deadlines, cancellations,
-// unavailability, lost connections — may have applied.
-func definitive(err error) bool {
-	var code codes.Code
-	var ee rpctypes.EtcdError
-	if errors.As(err, &ee) {
-		code = ee.Code()
-	} else if st, ok := status.FromError(err); ok {
-		code = st.Code()
-	} else {
-		return false
-	}
-	switch code {
-	case codes.InvalidArgument, codes.FailedPrecondition, codes.ResourceExhausted, codes.PermissionDenied,
-		codes.Unauthenticated, codes.OutOfRange, codes.AlreadyExists, codes.NotFound:
-		return true
-	}
-	return false
 }
 
 // etcdRecord is the stored JSON. Offset is a pointer so that a record
