@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/rollwal/rollwal/internal/etcdcluster"
 	"github.com/rollwal/rollwal/internal/vfs"
@@ -84,8 +88,9 @@ func TestEtcdFaultsCostLatencyNotCorrectness(t *testing.T) {
 	ctx := context.Background()
 	cl := etcdcluster.Start(t, etcdcluster.Options{})
 	opts := Options{
-		DataDir: t.TempDir(), FS: vfs.Default, Table: tableName(t, ""), Etcd: cl.Client(t),
+		DataDir: t.TempDir(), FS: vfs.Default, Table: tableName(t, ""), Etcd: keepAliveClient(t, cl),
 		LeaseTTL: 3 * time.Second, RequestTimeout: time.Second, FlushBytes: 128 << 10, FlushAge: -1,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 	h := openHost(t, opts)
 	s := mustOpen(t, h, "s0")
@@ -156,6 +161,22 @@ func TestCutOffWriterFences(t *testing.T) {
 	}
 	t.Logf("last acknowledgement %v after the cut; fenced: %v", p.lastAck.Sub(cut), s.err())
 	h.Close(context.Background())
+}
+
+// keepAliveClient is a client to every member whose gRPC keepalives notice
+// a hung (paused) member within a second, so the balancer stops sending it
+// requests, as production clients do with etcdclient's keepalive settings.
+func keepAliveClient(t *testing.T, cl *etcdcluster.Cluster) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: cl.Endpoints(), DialTimeout: 5 * time.Second,
+		DialKeepAliveTime: 500 * time.Millisecond, DialKeepAliveTimeout: 500 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
 }
 
 func mustDo(t *testing.T, err error) {

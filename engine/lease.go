@@ -83,17 +83,23 @@ func (l *lease) markLost(why string) {
 }
 
 // keepAlive renews the lease every third of its TTL until stopped or lost.
+// A keepalive that got no answer is retried at once, with a short attempt
+// timeout: the client may have sent it to a member that hangs (paused,
+// partitioned) while the others answer, and waiting a whole period would
+// let the lease lapse for no reason.
 func (l *lease) keepAlive(ctx context.Context, ttl time.Duration) {
 	defer close(l.done)
-	tick := time.NewTicker(ttl / 3)
-	defer tick.Stop()
+	period, attempt := ttl/3, min(l.timeout, ttl/4)
+	timer := time.NewTimer(period)
+	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-timer.C:
 		}
-		if err := l.renew(ctx); err != nil {
+		answered, err := l.renew(ctx, attempt)
+		if err != nil {
 			l.markLost(err.Error())
 			return
 		}
@@ -101,29 +107,35 @@ func (l *lease) keepAlive(ctx context.Context, ttl time.Duration) {
 			l.markLost("keepalives failed until the local deadline passed")
 			return
 		}
+		if answered {
+			timer.Reset(period)
+		} else {
+			timer.Reset(50 * time.Millisecond)
+		}
 	}
 }
 
-// renew sends one keepalive. Only a definite answer that the lease is gone
-// is an error; a failed round trip leaves the deadline where it was.
-func (l *lease) renew(ctx context.Context) error {
+// renew sends one keepalive and reports whether it was answered. Only a
+// definite answer that the lease is gone is an error; a failed round trip
+// leaves the deadline where it was.
+func (l *lease) renew(ctx context.Context, attempt time.Duration) (bool, error) {
 	sent := time.Since(l.base)
-	rctx, cancel := context.WithTimeout(ctx, min(l.timeout, time.Duration(l.dl.Load())-sent))
+	rctx, cancel := context.WithTimeout(ctx, min(attempt, time.Duration(l.dl.Load())-sent))
 	defer cancel()
 	resp, err := l.cli.KeepAliveOnce(rctx, l.id)
 	switch {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		return fmt.Errorf("lease %x expired on the server", int64(l.id))
+		return false, fmt.Errorf("lease %x expired on the server", int64(l.id))
 	case err != nil:
 		if ctx.Err() == nil {
-			l.log.Warn("lease keepalive failed", "err", err, "valid_for", time.Duration(l.dl.Load())-time.Since(l.base))
+			l.log.Warn("lease keepalive failed; retrying", "err", err, "valid_for", time.Duration(l.dl.Load())-time.Since(l.base))
 		}
-		return nil
+		return false, nil
 	case resp.TTL <= 0:
-		return fmt.Errorf("lease %x expired on the server", int64(l.id))
+		return false, fmt.Errorf("lease %x expired on the server", int64(l.id))
 	}
 	l.extend(sent, resp.TTL)
-	return nil
+	return true, nil
 }
 
 // close stops the keepalives and revokes the lease, which deletes every

@@ -1,6 +1,7 @@
-// Command writer runs rollwal: for now, a generator that appends a stream
-// of synthetic rollouts into a data dir on the embedded defaults, flushes,
-// and prints what it wrote. Serving, merging and inspection come next.
+// Command writer runs rollwal: `writer serve` claims shards and serves HTTP
+// ingest; `writer generate` appends generated rollouts on the embedded
+// defaults and prints what it wrote; `writer snapshot create-schema`
+// prepares the Cassandra snapshot table. Merging and inspection come next.
 package main
 
 import (
@@ -26,7 +27,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newGenerate(), newSnapshot())
+	root.AddCommand(newGenerate(), newServe(), newSnapshot())
 	return root
 }
 

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+
+	"github.com/rollwal/rollwal/engine"
+	"github.com/rollwal/rollwal/internal/etcdclient"
+	"github.com/rollwal/rollwal/server"
+	"github.com/rollwal/rollwal/snapshot"
+)
+
+type serveOptions struct {
+	dataDir         string
+	listen          string
+	table           string
+	shards          []string
+	flushBytes      int64
+	flushAge        time.Duration
+	leaseTTL        time.Duration
+	maxBodyBytes    int64
+	shutdownTimeout time.Duration
+	logLevel        string
+	etcd            etcdclient.Config
+}
+
+func newServe() *cobra.Command {
+	o := serveOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Claim shards and serve HTTP ingest, flush, status, health and metrics until SIGTERM",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.validate(); err != nil {
+				return err
+			}
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+				return fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return o.run(ctx, newLogger(level))
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.dataDir, "data-dir", "./data", "data directory (WAL, generations, embedded etcd)")
+	f.StringVar(&o.listen, "listen", "127.0.0.1:8080", "HTTP listen address (port 0 picks a free port)")
+	f.StringVar(&o.table, "table", "rollouts", "table name")
+	f.StringSliceVar(&o.shards, "shards", []string{"default"}, "shards to claim and serve")
+	f.Int64Var(&o.flushBytes, "flush-bytes", 64<<20, "seal a memtable at this many bytes")
+	f.DurationVar(&o.flushAge, "flush-age", 30*time.Second, "seal a memtable once its oldest row is this old (negative: never)")
+	f.DurationVar(&o.leaseTTL, "lease-ttl", 5*time.Second, "TTL of the writer's etcd lease")
+	f.Int64Var(&o.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted")
+	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on draining requests, flushing and releasing the shards at SIGTERM")
+	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	addEtcdFlags(f, &o.etcd)
+	return cmd
+}
+
+func (o *serveOptions) validate() error {
+	if len(o.shards) == 0 {
+		return errors.New("--shards: need at least one shard")
+	}
+	seen := map[string]bool{}
+	for _, s := range o.shards {
+		if s == "" {
+			return errors.New("--shards: empty shard name")
+		}
+		if seen[s] {
+			return fmt.Errorf("--shards: %q named twice", s)
+		}
+		seen[s] = true
+	}
+	switch {
+	case o.flushBytes <= 0:
+		return fmt.Errorf("--flush-bytes %d: must be positive", o.flushBytes)
+	case o.flushAge == 0:
+		return errors.New("--flush-age 0: use a positive age, or a negative one to disable age-based flushes")
+	case o.maxBodyBytes <= 0:
+		return fmt.Errorf("--max-body-bytes %d: must be positive", o.maxBodyBytes)
+	case o.shutdownTimeout <= 0:
+		return fmt.Errorf("--shutdown-timeout %v: must be positive", o.shutdownTimeout)
+	}
+	return nil
+}
+
+// run serves until ctx ends, then shuts down in order: unready, stop taking
+// requests, close the host (flush, release the leases), close etcd.
+func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", o.listen, err)
+	}
+	addr := ln.Addr().String()
+	meta, err := openMetadata(ctx, o.dataDir, o.etcd, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer func() {
+		if cerr := meta.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("close etcd: %w", cerr))
+		}
+	}()
+	snaps, err := snapshot.NewEtcd(meta.client, "rollwal-snapshots", snapshot.EtcdOptions{RequestTimeout: meta.requestTimeout})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	host, err := engine.NewHost(engine.Options{
+		DataDir: o.dataDir, Table: o.table, Etcd: meta.client, Logger: log, RequestTimeout: meta.requestTimeout,
+		Address: "http://" + addr, Snapshots: snaps, LeaseTTL: o.leaseTTL,
+		FlushBytes: o.flushBytes, FlushAge: o.flushAge, MemoryBudget: max(512<<20, 2*o.flushBytes),
+		Registerer: registry,
+	})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	srv := server.New(server.Options{Host: host, Shards: o.shards, Logger: log, Registry: registry, MaxBodyBytes: o.maxBodyBytes})
+	httpSrv := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	served := make(chan error, 1)
+	go func() { served <- httpSrv.Serve(ln) }() // /livez and /readyz answer while the shards replay
+
+	var runErr error
+	opened := true
+	for _, name := range o.shards {
+		start := time.Now()
+		sh, err := host.Open(ctx, name)
+		if err != nil {
+			if ctx.Err() == nil { // else a signal came during replay: shut down cleanly
+				runErr = fmt.Errorf("open shard %s: %w", name, err)
+			}
+			opened = false
+			break
+		}
+		log.Info("shard open", "shard", name, "epoch", sh.Epoch(), "took", time.Since(start).Round(time.Millisecond).String())
+	}
+	if opened {
+		srv.SetReady(true)
+		log.Info("listening", "addr", addr, "shards", o.shards, "data_dir", o.dataDir)
+		select {
+		case <-ctx.Done():
+			log.Info("shutting down", "timeout", o.shutdownTimeout.String())
+		case err := <-served:
+			runErr = fmt.Errorf("http server: %w", err)
+		}
+	}
+
+	srv.SetReady(false)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+	defer cancel()
+	if err := httpSrv.Shutdown(shutdownCtx); err != nil {
+		runErr = errors.Join(runErr, fmt.Errorf("stop http server: %w", err))
+	}
+	if err := host.Close(shutdownCtx); err != nil {
+		runErr = errors.Join(runErr, fmt.Errorf("close shards: %w", err))
+	}
+	if runErr == nil {
+		log.Info("stopped")
+	}
+	return runErr
+}

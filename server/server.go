@@ -1,0 +1,420 @@
+// Package server is the writer's HTTP interface: NDJSON ingest into the
+// shards of an engine.Host, flush, status, liveness, readiness and metrics.
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/rollwal/rollwal/engine"
+	"github.com/rollwal/rollwal/schema"
+)
+
+// DefaultMaxBodyBytes bounds a request body unless Options.MaxBodyBytes is set.
+const DefaultMaxBodyBytes = 64 << 20
+
+// Content types of the ingest endpoint.
+const (
+	ContentTypeNDJSON = "application/x-ndjson"
+	ContentTypeArrow  = "application/vnd.apache.arrow.stream"
+)
+
+// Options configure a Server.
+type Options struct {
+	// Host holds the shards the server writes to (required).
+	Host *engine.Host
+	// Shards are the shards this process hosts. Readiness requires every one
+	// of them to be open and healthy; a request for a shard outside them is
+	// 404. Empty means whatever the host has open.
+	Shards []string
+	// Logger receives request errors; default discards.
+	Logger *slog.Logger
+	// Registry is served on /metrics; nil serves an empty registry.
+	Registry *prometheus.Registry
+	// MaxBodyBytes bounds a request body; default DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+}
+
+// Server is an http.Handler over a Host.
+type Server struct {
+	opts   Options
+	mux    *http.ServeMux
+	ready  atomic.Bool
+	hosted map[string]bool
+
+	probeMu  sync.Mutex
+	inflight map[*engine.Shard]*probe
+	last     map[*engine.Shard]string
+}
+
+// probe is one in-flight Status call made for readiness.
+type probe struct {
+	done    chan struct{}
+	stopped string
+}
+
+// probeWait bounds how long /readyz waits for a shard's status (a flush
+// holds it); past that the last known state answers.
+const probeWait = 300 * time.Millisecond
+
+// New returns a server that is not ready until SetReady(true).
+func New(opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	s := &Server{opts: opts, mux: http.NewServeMux(), hosted: map[string]bool{},
+		inflight: map[*engine.Shard]*probe{}, last: map[*engine.Shard]string{}}
+	for _, name := range opts.Shards {
+		s.hosted[name] = true
+	}
+	s.mux.HandleFunc("POST /v1/shards/{shard}/rows", s.handleRows)
+	s.mux.HandleFunc("POST /v1/shards/{shard}/flush", s.handleFlush)
+	s.mux.HandleFunc("GET /v1/shards/{shard}", s.handleStatus)
+	s.mux.HandleFunc("GET /v1/shards", s.handleList)
+	s.mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, "ok\n")
+	})
+	s.mux.HandleFunc("GET /readyz", s.handleReady)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{Registry: opts.Registry}))
+	return s
+}
+
+// SetReady marks the server ready (after every shard replayed) or unready
+// (at shutdown).
+func (s *Server) SetReady(ready bool) { s.ready.Store(ready) }
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// apiError is the JSON body of every error answer.
+type apiError struct {
+	Error  string `json:"error"`
+	Line   int    `json:"line,omitempty"`
+	Column string `json:"column,omitempty"`
+}
+
+// AppendResponse answers a successful ingest.
+type AppendResponse struct {
+	Acked      int    `json:"acked"`
+	Stored     int    `json:"stored"`
+	Duplicates int    `json:"duplicates"`
+	FirstSeq   uint64 `json:"first_seq"`
+	LastSeq    uint64 `json:"last_seq"`
+	Generation uint64 `json:"generation"`
+}
+
+// FlushResponse answers a flush.
+type FlushResponse struct {
+	Generation uint64 `json:"generation"`
+}
+
+// ListResponse answers GET /v1/shards.
+type ListResponse struct {
+	Shards []engine.Status `json:"shards"`
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(v)
+}
+
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, code int, e apiError) {
+	if code == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", "1")
+	}
+	level := slog.LevelDebug
+	if code >= 500 {
+		level = slog.LevelWarn
+	}
+	s.opts.Logger.Log(r.Context(), level, "request failed", "method", r.Method, "path", r.URL.Path, "status", code, "err", e.Error)
+	writeJSON(w, code, e)
+}
+
+// shard resolves the {shard} of a request or answers 404 / 503.
+func (s *Server) shard(w http.ResponseWriter, r *http.Request) (*engine.Shard, bool) {
+	name := r.PathValue("shard")
+	if len(s.hosted) > 0 && !s.hosted[name] {
+		s.fail(w, r, http.StatusNotFound, apiError{Error: fmt.Sprintf("unknown shard %q: not hosted here", name)})
+		return nil, false
+	}
+	sh, ok := s.opts.Host.Shard(name)
+	if !ok {
+		if len(s.hosted) > 0 {
+			s.fail(w, r, http.StatusServiceUnavailable, apiError{Error: fmt.Sprintf("shard %q is not open (yet)", name)})
+		} else {
+			s.fail(w, r, http.StatusNotFound, apiError{Error: fmt.Sprintf("unknown shard %q", name)})
+		}
+		return nil, false
+	}
+	return sh, true
+}
+
+func (s *Server) notReady(w http.ResponseWriter, r *http.Request) bool {
+	if s.ready.Load() {
+		return false
+	}
+	s.fail(w, r, http.StatusServiceUnavailable, apiError{Error: "not ready: shards are replaying or the writer is shutting down"})
+	return true
+}
+
+func (s *Server) handleRows(w http.ResponseWriter, r *http.Request) {
+	sh, ok := s.shard(w, r)
+	if !ok || s.notReady(w, r) {
+		return
+	}
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	switch {
+	case err == nil && mt == ContentTypeNDJSON:
+	case err == nil && mt == ContentTypeArrow:
+		s.fail(w, r, http.StatusUnsupportedMediaType, apiError{Error: "Arrow IPC ingest is not supported yet; send " + ContentTypeNDJSON})
+		return
+	default:
+		s.fail(w, r, http.StatusUnsupportedMediaType, apiError{Error: fmt.Sprintf("unsupported content type %q; send %s", r.Header.Get("Content-Type"), ContentTypeNDJSON)})
+		return
+	}
+	src, err := sourceOf(r)
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, apiError{Error: err.Error()})
+		return
+	}
+	rows, lines, perr := decodeNDJSON(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	if perr != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(perr.err, &tooBig) {
+			s.fail(w, r, http.StatusRequestEntityTooLarge, apiError{Error: fmt.Sprintf("request body is larger than %d bytes", tooBig.Limit)})
+			return
+		}
+		s.fail(w, r, http.StatusBadRequest, apiError{Error: perr.Error(), Line: perr.line})
+		return
+	}
+	if len(rows) == 0 {
+		s.fail(w, r, http.StatusBadRequest, apiError{Error: "no rows in the request body"})
+		return
+	}
+	res, err := sh.Append(r.Context(), rows, src)
+	if err != nil {
+		code, e := s.appendError(err, lines)
+		s.fail(w, r, code, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, AppendResponse{
+		Acked: res.Stored + res.Duplicates, Stored: res.Stored, Duplicates: res.Duplicates,
+		FirstSeq: res.FirstSeq, LastSeq: res.LastSeq, Generation: res.Generation,
+	})
+}
+
+// sourceOf reads the optional source and offset query parameters.
+func sourceOf(r *http.Request) (engine.Source, error) {
+	q := r.URL.Query()
+	name, off := q.Get("source"), q.Get("offset")
+	switch {
+	case name == "" && off == "":
+		return engine.Source{}, nil
+	case name == "":
+		return engine.Source{}, errors.New("query parameter offset needs source")
+	case off == "":
+		return engine.Source{}, errors.New("query parameter source needs offset")
+	}
+	n, err := strconv.ParseInt(off, 10, 64)
+	if err != nil {
+		return engine.Source{}, fmt.Errorf("query parameter offset %q: not an int64", off)
+	}
+	return engine.Source{Name: name, Offset: n}, nil
+}
+
+// appendError maps an engine error to a status and a body; lines maps a
+// row index to its NDJSON line.
+func (s *Server) appendError(err error, lines []int) (int, apiError) {
+	var rowErr *schema.RowError
+	switch {
+	case errors.As(err, &rowErr):
+		e := apiError{Error: err.Error(), Column: rowErr.Column}
+		if rowErr.Row >= 0 && rowErr.Row < len(lines) {
+			e.Line = lines[rowErr.Row]
+			e.Error = fmt.Sprintf("line %d, column %q: %s", e.Line, rowErr.Column, rowErr.Reason)
+		}
+		return http.StatusBadRequest, e
+	case errors.Is(err, engine.ErrBatchTooLarge):
+		return http.StatusRequestEntityTooLarge, apiError{Error: err.Error()}
+	case errors.Is(err, engine.ErrBackpressure):
+		return http.StatusTooManyRequests, apiError{Error: "memtable memory budget exhausted; retry later: " + err.Error()}
+	case errors.Is(err, engine.ErrUnknownOutcome):
+		return http.StatusConflict, apiError{Error: "outcome unknown: the rows may or may not be stored; retry them (ids make the retry idempotent): " + err.Error()}
+	case errors.Is(err, engine.ErrFenced):
+		return http.StatusConflict, apiError{Error: "shard is fenced / not owned here: " + err.Error()}
+	case errors.Is(err, engine.ErrStopped), errors.Is(err, engine.ErrClosed):
+		return http.StatusServiceUnavailable, apiError{Error: "shard is stopped: " + err.Error()}
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return http.StatusServiceUnavailable, apiError{Error: err.Error()}
+	}
+	return http.StatusInternalServerError, apiError{Error: err.Error()}
+}
+
+// parseError is a body that could not be read or decoded.
+type parseError struct {
+	line int
+	err  error
+}
+
+func (e *parseError) Error() string {
+	if e.line > 0 {
+		return fmt.Sprintf("line %d: %v", e.line, e.err)
+	}
+	return e.err.Error()
+}
+
+// decodeNDJSON reads one JSON object per line; blank lines are skipped.
+// lines[i] is the 1-based line of rows[i].
+func decodeNDJSON(body io.Reader) (rows []schema.Row, lines []int, perr *parseError) {
+	br := bufio.NewReaderSize(body, 64<<10)
+	for line := 1; ; line++ {
+		b, err := br.ReadBytes('\n')
+		if err != nil && err != io.EOF {
+			return nil, nil, &parseError{err: err}
+		}
+		if t := bytes.TrimSpace(b); len(t) > 0 {
+			row, derr := decodeLine(t)
+			if derr != nil {
+				return nil, nil, &parseError{line: line, err: derr}
+			}
+			rows, lines = append(rows, row), append(lines, line)
+		}
+		if err == io.EOF {
+			return rows, lines, nil
+		}
+	}
+}
+
+func decodeLine(b []byte) (schema.Row, error) {
+	if b[0] != '{' {
+		return nil, errors.New("not a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var row map[string]any
+	if err := dec.Decode(&row); err != nil {
+		return nil, fmt.Errorf("bad JSON: %v", err)
+	}
+	if dec.More() {
+		return nil, errors.New("bad JSON: more than one value on the line")
+	}
+	return schema.Row(row), nil
+}
+
+func (s *Server) handleFlush(w http.ResponseWriter, r *http.Request) {
+	sh, ok := s.shard(w, r)
+	if !ok || s.notReady(w, r) {
+		return
+	}
+	g, err := sh.Flush(r.Context())
+	if err != nil {
+		code, e := s.appendError(err, nil)
+		s.fail(w, r, code, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, FlushResponse{Generation: g})
+}
+
+func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
+	sh, ok := s.shard(w, r)
+	if !ok {
+		return
+	}
+	writeJSON(w, http.StatusOK, sh.Status())
+}
+
+func (s *Server) handleList(w http.ResponseWriter, _ *http.Request) {
+	out := ListResponse{Shards: []engine.Status{}}
+	for _, sh := range s.opts.Host.Shards() {
+		out.Shards = append(out.Shards, sh.Status())
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	if reason := s.unready(); reason != "" {
+		s.fail(w, r, http.StatusServiceUnavailable, apiError{Error: reason})
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	io.WriteString(w, "ready\n")
+}
+
+// unready says why the server is not ready, or "".
+func (s *Server) unready() string {
+	if !s.ready.Load() {
+		return "not ready: shards are replaying or the writer is shutting down"
+	}
+	names := s.opts.Shards
+	var shards []*engine.Shard
+	if len(names) == 0 {
+		shards = s.opts.Host.Shards()
+	}
+	for _, name := range names {
+		sh, ok := s.opts.Host.Shard(name)
+		if !ok {
+			return fmt.Sprintf("shard %s is not open", name)
+		}
+		shards = append(shards, sh)
+	}
+	for _, sh := range shards {
+		if why := s.stopped(sh); why != "" {
+			return fmt.Sprintf("shard %s is stopped: %s", sh.Name(), why)
+		}
+	}
+	return ""
+}
+
+// stopped reports why sh stopped, or "". Status waits for a running flush,
+// so it runs aside and past probeWait the last known answer stands.
+func (s *Server) stopped(sh *engine.Shard) string {
+	s.probeMu.Lock()
+	p := s.inflight[sh]
+	if p == nil {
+		p = &probe{done: make(chan struct{})}
+		s.inflight[sh] = p
+		go func() {
+			why := sh.Status().Stopped
+			s.probeMu.Lock()
+			p.stopped = why
+			s.last[sh] = why
+			delete(s.inflight, sh)
+			s.probeMu.Unlock()
+			close(p.done)
+		}()
+	}
+	s.probeMu.Unlock()
+	t := time.NewTimer(probeWait)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return p.stopped
+	case <-t.C:
+		s.probeMu.Lock()
+		defer s.probeMu.Unlock()
+		return s.last[sh]
+	}
+}
