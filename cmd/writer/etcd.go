@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
+	"io"
+	"strings"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/rollwal/rollwal/internal/etcdclient"
 	"github.com/rollwal/rollwal/internal/etcdembed"
+	"github.com/rollwal/rollwal/internal/vfs"
 )
 
 // addEtcdFlags binds the flags of an external etcd cluster. Without
@@ -31,6 +35,40 @@ type metadata struct {
 	client         *clientv3.Client
 	requestTimeout time.Duration
 	embedded       *etcdembed.Server
+	endpointFile   string
+}
+
+// endpointFile is where a process running the embedded etcd records its
+// client endpoint, so that other commands on the same data dir (a merge
+// while serve runs) use that etcd instead of failing on its locked files.
+func endpointFile(dataDir string) string { return filepath.Join(dataDir, "etcd.endpoint") }
+
+func writeEndpoint(path string, endpoints []string) error {
+	tmp := path + ".tmp"
+	f, err := vfs.Default.Create(tmp)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write([]byte(strings.Join(endpoints, ",") + "\n"))
+	err = errors.Join(err, f.Sync(), f.Close())
+	if err != nil {
+		return err
+	}
+	return vfs.Default.Rename(tmp, path)
+}
+
+// runningEndpoints returns the endpoints another process recorded, if any.
+func runningEndpoints(dataDir string) []string {
+	f, err := vfs.Default.Open(endpointFile(dataDir))
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil || len(strings.TrimSpace(string(b))) == 0 {
+		return nil
+	}
+	return strings.Split(strings.TrimSpace(string(b)), ",")
 }
 
 func openMetadata(ctx context.Context, dataDir string, c etcdclient.Config, log *slog.Logger) (*metadata, error) {
@@ -39,7 +77,11 @@ func openMetadata(ctx context.Context, dataDir string, c etcdclient.Config, log 
 		if err != nil {
 			return nil, err
 		}
-		return &metadata{client: srv.Client(), requestTimeout: c.RequestTimeout, embedded: srv}, nil
+		m := &metadata{client: srv.Client(), requestTimeout: c.RequestTimeout, embedded: srv, endpointFile: endpointFile(dataDir)}
+		if err := writeEndpoint(m.endpointFile, srv.Endpoints()); err != nil {
+			log.Warn("record the embedded etcd's endpoint for other commands", "err", err)
+		}
+		return m, nil
 	}
 	c.Password = os.Getenv("ROLLWAL_ETCD_PASSWORD")
 	c.EnsureDefaults()
@@ -55,6 +97,7 @@ func openMetadata(ctx context.Context, dataDir string, c etcdclient.Config, log 
 
 func (m *metadata) Close() error {
 	if m.embedded != nil {
+		vfs.Default.Remove(m.endpointFile)
 		return m.embedded.Close()
 	}
 	return m.client.Close()

@@ -27,7 +27,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newGenerate(), newServe(), newSnapshot())
+	root.AddCommand(newGenerate(), newServe(), newMerge(), newSnapshot())
 	return root
 }
 
