@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
-	"strings"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
