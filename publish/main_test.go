@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -19,7 +18,7 @@ import (
 
 	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/generation"
-	"github.com/rollwal/rollwal/internal/etcdembed"
+	"github.com/rollwal/rollwal/internal/etcdembed/etcdtest"
 	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
@@ -29,35 +28,22 @@ import (
 // table.
 var etcdClient *clientv3.Client
 
+// etcd is the package's one embedded server.
+var etcd etcdtest.Shared
+
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "rollwal-publish-etcd-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	srv, err := etcdembed.Start(context.Background(), etcdembed.Options{Dir: dir})
+	srv, err := etcd.Start()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start embedded etcd:", err)
 		return 1
 	}
-	defer srv.Close()
 	etcdClient = srv.Client()
-	return m.Run()
+	return etcd.Run(m)
 }
 
-var nonName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
-var tables atomic.Int64
-
-func tableName(t testing.TB) string {
-	name := fmt.Sprintf("%s-%d", nonName.ReplaceAllString(t.Name(), "_"), tables.Add(1))
-	if len(name) > 100 {
-		name = name[len(name)-100:]
-	}
-	return name
-}
+func tableName(t testing.TB) string { return etcdtest.Name(t, "", 100) }
 
 // countingFS counts opens of base data files: every base-table read starts
 // with one.

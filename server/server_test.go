@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,32 +16,26 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/rollwal/rollwal/engine"
-	"github.com/rollwal/rollwal/internal/etcdembed"
+	"github.com/rollwal/rollwal/internal/etcdembed/etcdtest"
 	"github.com/rollwal/rollwal/internal/vfs"
 )
 
 var etcdClient *clientv3.Client
 
+// etcd is the package's one embedded server.
+var etcd etcdtest.Shared
+
 func TestMain(m *testing.M) { os.Exit(runTests(m)) }
 
 func runTests(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "rollwal-server-etcd-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	srv, err := etcdembed.Start(context.Background(), etcdembed.Options{Dir: dir})
+	srv, err := etcd.Start()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start embedded etcd:", err)
 		return 1
 	}
-	defer srv.Close()
 	etcdClient = srv.Client()
-	return m.Run()
+	return etcd.Run(m)
 }
-
-var tables atomic.Int64
 
 type fixture struct {
 	host *engine.Host
@@ -55,7 +48,7 @@ func newFixture(t *testing.T, maxBody int64) *fixture {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	host, err := engine.NewHost(engine.Options{
-		DataDir: "/data", FS: vfs.NewStrictMem(), Table: fmt.Sprintf("server-test-%d-%d", time.Now().UnixNano(), tables.Add(1)),
+		DataDir: "/data", FS: vfs.NewStrictMem(), Table: etcdtest.Name(t, "", 100),
 		Etcd: etcdClient, WALSegmentSize: 64 << 10, FlushBytes: 1 << 20, FlushAge: -1, MemoryBudget: 64 << 20,
 		MaxBatchRows: 1000, Registerer: reg,
 	})

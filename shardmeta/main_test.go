@@ -4,58 +4,24 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"regexp"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rollwal/rollwal/internal/etcdembed"
+	"github.com/rollwal/rollwal/internal/etcdembed/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 )
 
-// The package's one embedded etcd server, started by the first test that
-// needs it (fuzz workers and pure tests never do); each test uses its own
-// table.
-var (
-	etcdOnce sync.Once
-	etcdSrv  *etcdembed.Server
-	etcdDir  string
-	etcdErr  error
-)
+// etcd is the package's one embedded server, started by the first test
+// that needs it (fuzz workers and pure tests never do); each test uses its
+// own table.
+var etcd etcdtest.Shared
 
-func server(t testing.TB) *etcdembed.Server {
-	t.Helper()
-	etcdOnce.Do(func() {
-		if etcdDir, etcdErr = os.MkdirTemp("", "shardmeta-etcd"); etcdErr != nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		etcdSrv, etcdErr = etcdembed.Start(ctx, etcdembed.Options{Dir: etcdDir})
-	})
-	if etcdErr != nil {
-		t.Fatalf("embedded etcd: %v", etcdErr)
-	}
-	return etcdSrv
-}
+func server(t testing.TB) *etcdembed.Server { return etcd.Server(t) }
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	code := m.Run()
-	if etcdSrv != nil {
-		if err := etcdSrv.Close(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	if etcdDir != "" {
-		os.RemoveAll(etcdDir)
-	}
+	code := etcd.Run(m)
 	if code == 0 {
 		// etcd 3.7.3 leaves no goroutine behind once closed: no ignores.
 		if err := goleak.Find(); err != nil {
@@ -63,21 +29,13 @@ func run(m *testing.M) int {
 			code = 1
 		}
 	}
-	return code
+	os.Exit(code)
 }
-
-var tableSeq atomic.Int64
-
-var nonName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 
 // newStore returns a Store on a table no other test uses.
 func newStore(t *testing.T) *Store {
 	t.Helper()
-	table := fmt.Sprintf("%s-%d", nonName.ReplaceAllString(t.Name(), "_"), tableSeq.Add(1))
-	if len(table) > MaxNameLen {
-		table = table[len(table)-MaxNameLen:]
-	}
-	return NewStore(server(t).Client(), Keys{Prefix: "rollwal-test", Table: table}, StoreOptions{})
+	return NewStore(server(t).Client(), Keys{Prefix: "rollwal-test", Table: etcdtest.Name(t, "", MaxNameLen)}, StoreOptions{})
 }
 
 func testCtx(t *testing.T) context.Context {
