@@ -8,14 +8,24 @@ import (
 	"testing"
 
 	"github.com/rollwal/rollwal/engine"
+	"github.com/rollwal/rollwal/generation"
 	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/schema"
 )
 
 // BenchmarkMerge stages one 10,000-row generation against a base of
-// baseRows rows, lookup-free and with the ID check (bloom probe of every
-// base row group, exact confirmation of hits). Base sizes: 100k and 1M rows
-// (10M only with ROLLWAL_BENCH_10M=1: building it takes minutes per run).
+// baseRows rows (built from 100k-row generations, one base file each):
+//
+//   - lookup-free: fresh rows, no ID check;
+//   - id-check-fresh: the same generation marked ID-check; its positions lie
+//     beyond every base file, so nothing is opened;
+//   - id-check-replay: half of the generation replays the last 5,000 rows of
+//     the base (same ids, same positions) — the restart case — so the one
+//     overlapping base file is opened and its candidate row group confirmed.
+//
+// x-lookup-free is the lookup-free time over the case's time, measured in
+// the same run. Base sizes: 100k and 1M rows (10M only with
+// ROLLWAL_BENCH_10M=1: building it takes minutes).
 func BenchmarkMerge(b *testing.B) {
 	sizes := []int{100_000, 1_000_000}
 	if os.Getenv("ROLLWAL_BENCH_10M") != "" {
@@ -24,40 +34,101 @@ func BenchmarkMerge(b *testing.B) {
 	for _, baseRows := range sizes {
 		b.Run(fmt.Sprintf("base=%d", baseRows), func(b *testing.B) {
 			e := benchEnv(b, baseRows)
-			for _, check := range []bool{false, true} {
-				name := "lookup-free"
-				if check {
-					name = "id-check"
-				}
-				b.Run(name, func(b *testing.B) {
-					p, err := e.c.Plan(e.ctx)
-					if err != nil {
-						b.Fatal(err)
-					}
-					for i := range p.Shards[0].Generations {
-						p.Shards[0].Generations[i].IDCheck = check
+			replay := e.replayGeneration(b)
+			var lookupFree float64
+			for _, tc := range []struct {
+				name          string
+				check, replay bool
+			}{{"lookup-free", false, false}, {"id-check-fresh", true, false}, {"id-check-replay", true, true}} {
+				b.Run(tc.name, func(b *testing.B) {
+					p := e.plan(b, tc.check)
+					want := int64(10_000)
+					if tc.replay {
+						p.Shards[0].Generations[0].Path = replay
+						want = 5_000
 					}
 					b.ReportAllocs()
 					for b.Loop() {
-						staged, err := e.c.Stage(e.ctx, p)
-						if err != nil {
-							b.Fatal(err)
-						}
-						if staged.RowsStaged != 10_000 {
-							b.Fatalf("staged %d rows", staged.RowsStaged)
-						}
-						b.StopTimer()
-						for _, part := range staged.Parts {
-							for _, f := range part.Files {
-								_ = os.Remove(filepath.Join(e.c.BaseDir(), f.Path))
-							}
-						}
-						b.StartTimer()
+						e.stageOnce(b, p, want)
+					}
+					perOp := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+					if !tc.check {
+						lookupFree = perOp
+					} else if lookupFree > 0 {
+						b.ReportMetric(lookupFree/perOp, "x-lookup-free")
 					}
 				})
 			}
 		})
 	}
+}
+
+func (e *bench) plan(b *testing.B, check bool) *Plan {
+	p, err := e.c.Plan(e.ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(p.Shards) != 1 || len(p.Shards[0].Generations) != 1 {
+		b.Fatalf("plan %+v, want one generation", p.Shards)
+	}
+	p.Shards[0].Generations[0].IDCheck = check
+	return p
+}
+
+// stageOnce stages p, checks the rows kept and removes the staged files
+// outside the timer.
+func (e *bench) stageOnce(b *testing.B, p *Plan, want int64) {
+	staged, err := e.c.Stage(e.ctx, p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if staged.RowsStaged != want {
+		b.Fatalf("staged %d rows, want %d", staged.RowsStaged, want)
+	}
+	b.StopTimer()
+	for _, part := range staged.Parts {
+		for _, f := range part.Files {
+			_ = os.Remove(filepath.Join(e.c.BaseDir(), f.Path))
+		}
+	}
+	b.StartTimer()
+}
+
+// replayGeneration writes, outside the shard, a file standing in for the
+// planned generation after a restart with a lagging cursor: the last 5,000
+// rows of the newest base file, positions kept, then 5,000 new rows.
+func (e *bench) replayGeneration(b *testing.B) string {
+	p := e.plan(b, true)
+	pg := p.Shards[0].Generations[0]
+	st, _, err := e.c.store.LoadBaseState(e.ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	newest := st.Files[len(st.Files)-1]
+	_, old, err := generation.Read(vfs.Default, filepath.Join(e.c.BaseDir(), newest.Path), schema.Rollout())
+	if err != nil {
+		b.Fatal(err)
+	}
+	meta, fresh, err := generation.Read(vfs.Default, pg.Path, schema.Rollout())
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := generation.Data{Rows: schema.Rollout().NewBatch(10_000)}
+	for i := old.Rows.Len() - 5_000; i < old.Rows.Len(); i++ {
+		d.Rows.AppendRow(old.Rows, i)
+		d.Seq, d.Epoch = append(d.Seq, old.Seq[i]), append(d.Epoch, old.Epoch[i])
+	}
+	for i := range 5_000 {
+		d.Rows.AppendRow(fresh.Rows, i)
+		d.Seq, d.Epoch = append(d.Seq, fresh.Seq[i]), append(d.Epoch, fresh.Epoch[i])
+	}
+	dir := b.TempDir()
+	meta.SeqFirst, meta.SeqLast = 0, 0
+	f, err := generation.Write(e.ctx, generation.Options{FS: vfs.Default}, dir, schema.Rollout(), meta, d)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return filepath.Join(dir, f.Name)
 }
 
 type bench struct {
@@ -79,6 +150,7 @@ func benchEnv(b *testing.B, baseRows int) *bench {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// One generation, and so one base file, per 100k rows.
 	add := func(prefix string, n int) {
 		for lo := 0; lo < n; lo += 100_000 {
 			rows := make([]schema.Row, 0, 100_000)
@@ -88,9 +160,9 @@ func benchEnv(b *testing.B, baseRows int) *bench {
 			if _, err := s.Append(e.ctx, rows, engine.Source{}); err != nil {
 				b.Fatal(err)
 			}
-		}
-		if _, err := s.Flush(e.ctx); err != nil {
-			b.Fatal(err)
+			if _, err := s.Flush(e.ctx); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
 	add("base-", baseRows)

@@ -53,6 +53,10 @@ func (c *Coordinator) Commit(ctx context.Context, s *Staged) error {
 		c.metrics.commits.WithLabelValues("noop").Inc()
 		return c.writeReaderManifest(st)
 	}
+	if err := c.checkShardsUnchanged(ctx, s.Plan, todo); err != nil {
+		c.metrics.commits.WithLabelValues("moved").Inc()
+		return err
+	}
 	if rev != s.Plan.StateRevision {
 		c.metrics.commits.WithLabelValues("moved").Inc()
 		return fmt.Errorf("%w: planned at revision %d (version %d), now revision %d (version %d)",
@@ -91,6 +95,34 @@ func (c *Coordinator) Commit(ctx context.Context, s *Staged) error {
 		}
 	}
 	return c.writeReaderManifest(next)
+}
+
+// checkShardsUnchanged makes sure every generation about to be published is
+// still in its shard's manifest exactly as planned. Generations are
+// immutable and drained only below the watermark, so a difference means
+// the shard was rewritten behind the plan (an operator reset, a bug): fail
+// with ErrBaseMoved and replan rather than publish rows the shard no
+// longer claims.
+func (c *Coordinator) checkShardsUnchanged(ctx context.Context, plan *Plan, parts []StagedPart) error {
+	for _, p := range parts {
+		m, _, err := c.store.Load(ctx, p.Shard)
+		if err != nil {
+			return fmt.Errorf("publish: shard %q: %w", p.Shard, err)
+		}
+		have := make(map[uint64]shardmeta.Generation, len(m.Flushed))
+		for _, g := range m.Flushed {
+			have[g.Number] = g
+		}
+		for _, pg := range plan.generations(p.Shard) {
+			if pg.Number < p.First || pg.Number > p.Last {
+				continue
+			}
+			if g, ok := have[pg.Number]; !ok || g != pg.Generation {
+				return fmt.Errorf("%w: shard %q no longer lists generation %d as planned (file %s)", ErrBaseMoved, p.Shard, pg.Number, pg.File)
+			}
+		}
+	}
+	return nil
 }
 
 // checkLock fails with ErrLockLost unless base/lock is still ours.

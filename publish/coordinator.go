@@ -137,6 +137,9 @@ type Coordinator struct {
 	// testHookAfterCommit runs after the commit, before the readers'
 	// manifest is written; an error aborts there (a crash).
 	testHookAfterCommit func() error
+	// testHookReadBack, when set, sees the error of the read that resolves
+	// a lost commit response and returns the one to act on.
+	testHookReadBack func(err error) error
 }
 
 // New validates opts, takes the table's merge lock (waiting, by watching

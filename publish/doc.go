@@ -33,12 +33,14 @@
 //	          starts at a WAL position <= the tail x inherited at its claim
 //	          (replayed rows keep their positions; new rows get higher ones)
 //	Stage   read each generation; drop ids seen earlier in the pass; for
-//	        ID-check generations drop ids already in the base (bloom filter
-//	        on id per row group, hits confirmed by reading that row group's
-//	        id column); write the rest as a new base file (generation.Write:
-//	        temp, fsync, rename, dir fsync; bloom filter on id); stop at a
-//	        whole generation once MemoryBudget is used
-//	Commit  one Txn If ModRev(lock)=L ∧ ModRev(state)=R' Then put state
+//	        ID-check generations drop ids already in the base (see below);
+//	        write the rest as a new base file (generation.Write: temp,
+//	        fsync, rename, dir fsync; bloom filter on id) recording its
+//	        shard and position range in the state; stop at a whole
+//	        generation once MemoryBudget is used
+//	Commit  check every staged generation is still in its shard manifest
+//	        as planned (else ErrBaseMoved: replan);
+//	        one Txn If ModRev(lock)=L ∧ ModRev(state)=R' Then put state
 //	        with version+1, the new files and the raised watermarks; a part
 //	        at or below the watermark is a no-op, a part straddling it is
 //	        ErrStalePrefix; a lost response is resolved by reading back
@@ -50,6 +52,22 @@
 // A revoked lease deletes the lock, so the guard fails (ErrLockLost) and
 // nothing lands; a successor's New removes the files the committed state
 // does not name. RunOnce loops Plan/Stage/Commit until nothing is left.
+//
+// # The ID check, bounded by the replayed tail
+//
+// A replay keeps a row's WAL position (_seq), so the earlier copy of a
+// replayed row, if any, is in a base file of the same shard whose position
+// range covers it. The check of a generation therefore opens only the base
+// files of its shard whose [seq_first, seq_last] meets the span of the
+// generation's positions (base files from before these fields existed are
+// always opened); inside them it skips row groups whose _seq statistics
+// miss the span, loads each remaining row group's id bloom filter once,
+// and confirms candidates by streaming the id column from the first page
+// whose _seq range meets the span. Its cost follows the replayed tail, not
+// the size of the base (BenchmarkMerge). It relies on the contract that ids
+// are unique per table: a producer that sends one id twice into different
+// generations gets two rows (the writer dedupes only within its
+// memtables).
 //
 // Why epoch changes: replay happens only when a writer opens, and every
 // open claims a new epoch; extending the cutoff to the active generation c

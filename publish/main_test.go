@@ -201,6 +201,19 @@ func (e *env) drain(shard string, lag bool) {
 	e.putManifest(shard, m)
 }
 
+// drainTo drains every merged generation of a closed shard and sets its
+// replay cursor back to cursor.
+func (e *env) drainTo(shard string, cursor uint64) {
+	e.t.Helper()
+	e.drain(shard, false)
+	m, err := engine.LoadManifest(e.ctx, etcdClient, "rollwal", e.table, shard)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	m.ReplayCursor = cursor
+	e.putManifest(shard, m)
+}
+
 // baseIDs reads every committed base file and counts each id.
 func (e *env) baseIDs() (map[string]int, int64) {
 	e.t.Helper()

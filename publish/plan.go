@@ -51,6 +51,16 @@ type PlannedGeneration struct {
 	Reason  string
 }
 
+// generations returns the planned generations of shard.
+func (p *Plan) generations(shard string) []PlannedGeneration {
+	for _, sp := range p.Shards {
+		if sp.Shard == shard {
+			return sp.Generations
+		}
+	}
+	return nil
+}
+
 // Empty reports whether the plan has nothing to merge.
 func (p *Plan) Empty() bool {
 	for _, s := range p.Shards {
@@ -257,6 +267,9 @@ func (c *Coordinator) putState(ctx context.Context, rev int64, data []byte, hook
 	}
 	if err != nil {
 		got, grev, rerr := c.readRaw(ctx)
+		if c.testHookReadBack != nil {
+			rerr = c.testHookReadBack(rerr)
+		}
 		switch {
 		case rerr != nil:
 			return 0, fmt.Errorf("%w: write base state: %v; reading back: %v", ErrUnknownOutcome, err, rerr)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/shardmeta"
 )
 
@@ -313,6 +314,90 @@ func TestUnknownOutcomeIsResolvedByReadBack(t *testing.T) {
 	c.testHookCommit = nil
 	if err := c.Commit(e.ctx, staged); err != nil {
 		t.Fatalf("repeat: %v", err)
+	}
+	e.wantAllIDs()
+}
+
+// TestUnknownOutcomeWhenReadBackFails: the commit applied, its response was
+// lost and reading the state back fails too. Commit reports
+// ErrUnknownOutcome and assumes nothing; the next pass finds the part
+// already merged (a no-op), writes the readers' manifest, and adds no row.
+func TestUnknownOutcomeWhenReadBackFails(t *testing.T) {
+	e := newEnv(t)
+	oneShard(e)
+	c := e.coordinator()
+	p, err := c.Plan(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	staged, err := c.Stage(e.ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var txns int
+	c.testHookCommit = func(err error) error {
+		txns++
+		if err != nil {
+			return err
+		}
+		return context.DeadlineExceeded
+	}
+	c.testHookReadBack = func(error) error { return errors.New("etcd unreachable") }
+	err = c.Commit(e.ctx, staged)
+	if !errors.Is(err, ErrUnknownOutcome) || !strings.Contains(err.Error(), "etcd unreachable") {
+		t.Fatalf("commit with a lost response and a failed read-back: %v, want ErrUnknownOutcome naming the read error", err)
+	}
+	if txns != 1 {
+		t.Fatalf("%d commit transactions, want 1 (no blind retry)", txns)
+	}
+	if _, ok, _ := LatestReaderManifest(e.fs.FS, c.BaseDir()); ok {
+		t.Fatal("readers' manifest written for an outcome nobody knows")
+	}
+	c.testHookCommit, c.testHookReadBack = nil, nil
+	r := e.runOnce(c)
+	if r.RowsStaged != 0 || r.Version != 1 {
+		t.Fatalf("rerun after the unknown outcome: %+v, want nothing staged at version 1", r)
+	}
+	if m, ok, _ := LatestReaderManifest(e.fs.FS, c.BaseDir()); !ok || m.Version != 1 {
+		t.Fatal("rerun did not repair the readers' manifest")
+	}
+	e.wantAllIDs()
+}
+
+// TestShardRewrittenBehindPlanIsRejected: between stage and commit the
+// shard's manifest stops listing a planned generation as it was planned
+// (here: an operator rewrote it). Commit refuses with ErrBaseMoved and lands
+// nothing; after the manifest is restored a new pass publishes every row
+// once.
+func TestShardRewrittenBehindPlanIsRejected(t *testing.T) {
+	e := newEnv(t)
+	oneShard(e)
+	c := e.coordinator()
+	p, err := c.Plan(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	staged, err := c.Stage(e.ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := engine.LoadManifest(e.ctx, etcdClient, "rollwal", e.table, "s0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig := m.Clone()
+	m.Flushed[1].Rows++
+	e.putManifest("s0", m)
+	err = c.Commit(e.ctx, staged)
+	if !errors.Is(err, ErrBaseMoved) || !strings.Contains(err.Error(), "generation 2") {
+		t.Fatalf("commit against a rewritten shard: %v, want ErrBaseMoved naming generation 2", err)
+	}
+	if st, _ := e.state(); st.Version != 0 || len(st.Files) != 0 {
+		t.Fatalf("state after a refused commit: %+v", st)
+	}
+	e.putManifest("s0", orig)
+	if r := e.runOnce(c); r.RowsStaged != 20 {
+		t.Fatalf("pass after the restore staged %d rows, want 20", r.RowsStaged)
 	}
 	e.wantAllIDs()
 }

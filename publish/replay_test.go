@@ -128,7 +128,8 @@ func TestReplayIncidentScale(t *testing.T) {
 
 // TestCleanBacklogIsNotScanned: after a restart, the clean generations of
 // the earlier epoch are merged without reading the base; only the
-// generation replay filled is ID-checked.
+// generation replay filled is ID-checked, and it opens only base files
+// whose positions it overlaps (here none).
 func TestCleanBacklogIsNotScanned(t *testing.T) {
 	e := newEnv(t)
 	h := e.host(false)
@@ -191,8 +192,61 @@ func TestCleanBacklogIsNotScanned(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if opens[3] != 0 || opens[4] != 0 || opens[after] != 0 || opens[replayGen] == 0 {
-		t.Fatalf("base files opened per generation: %v; want none for 3, 4, %d and some for %d", opens, after, replayGen)
+	// The replay generation is ID-checked (the plan says so above), but its
+	// positions lie beyond every published file's range: nothing to open.
+	if opens[3] != 0 || opens[4] != 0 || opens[after] != 0 || opens[replayGen] != 0 {
+		t.Fatalf("base files opened per generation: %v; want none", opens)
+	}
+	e.wantAllIDs()
+}
+
+// TestIDCheckOpensOnlyOverlappingFiles: the ID check of a replayed
+// generation opens only the base files of its shard whose position range
+// overlaps the replayed rows, however many files the base holds.
+func TestIDCheckOpensOnlyOverlappingFiles(t *testing.T) {
+	e := newEnv(t)
+	c := e.coordinator()
+	h := e.host(false)
+	other := e.open(h, "s1")
+	s := e.open(h, "s0")
+	for i := range 6 {
+		e.appendRows(s, "a", i*10, 10)
+		e.appendRows(other, fmt.Sprintf("o%d-", i), 0, 10)
+		e.flush(s)
+		e.flush(other)
+		e.runOnce(c)
+	}
+	last := s.Manifest().Flushed
+	cursor := last[len(last)-1].SeqFirst - 1
+	if err := h.Close(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := e.state(); len(st.Files) != 12 {
+		t.Fatalf("base has %d files, want 12", len(st.Files))
+	}
+	e.drainTo("s0", cursor) // only the last generation's rows are replayed
+
+	h = e.host(true)
+	s = e.open(h, "s0")
+	e.appendRows(s, "new", 0, 1)
+	g := e.flush(s)
+	p, err := c.Plan(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := genFlags(p, "s0"); !f[g] {
+		t.Fatalf("replay generation %d: plan %v, want ID-check", g, f)
+	}
+	staged, err := c.Stage(e.ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if staged.BaseFilesOpened != 1 || staged.DroppedInBase != 10 || staged.RowsStaged != 1 {
+		t.Fatalf("opened %d base files, dropped %d, staged %d; want 1, 10, 1",
+			staged.BaseFilesOpened, staged.DroppedInBase, staged.RowsStaged)
+	}
+	if err := c.Commit(e.ctx, staged); err != nil {
+		t.Fatal(err)
 	}
 	e.wantAllIDs()
 }

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
 
 	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/bloom"
+	"github.com/parquet-go/parquet-go/bloom/xxhash"
 
 	"github.com/rollwal/rollwal/generation"
 	"github.com/rollwal/rollwal/internal/vfs"
@@ -27,8 +30,10 @@ type Staged struct {
 	// RowsRead, RowsStaged; DroppedInBase, DroppedInPass count duplicates
 	// removed by the ID check and by the pass's own dedupe.
 	RowsRead, RowsStaged, DroppedInBase, DroppedInPass int64
-	// BaseFilesOpened counts base files opened for ID checks.
-	BaseFilesOpened int
+	// BaseFilesOpened counts base files opened for ID checks, and
+	// BaseRowGroupsRead the row groups whose id column was read to confirm
+	// bloom-filter hits.
+	BaseFilesOpened, BaseRowGroupsRead int
 }
 
 // StagedPart is one shard's staged prefix: generations First..Last of the
@@ -61,12 +66,12 @@ func (c *Coordinator) Stage(ctx context.Context, plan *Plan) (*Staged, error) {
 			return nil, fmt.Errorf("%w: shard %q: plan does not match the durable cutoff", ErrBaseMoved, sp.Shard)
 		}
 	}
-	idx := &baseIndex{c: c, files: st.Files}
+	idx := newBaseIndex(c, st.Files)
 	defer idx.close()
 	out := &Staged{Plan: plan, Complete: true}
 	seen := map[string]struct{}{}
 	var used int64
-	defer func() { out.BaseFilesOpened = idx.opened }()
+	defer func() { out.BaseFilesOpened, out.BaseRowGroupsRead = idx.opened, idx.groups }()
 stage:
 	for _, sp := range plan.Shards {
 		part := StagedPart{Shard: sp.Shard}
@@ -93,7 +98,7 @@ stage:
 	}
 	c.log.Info("staged", "parts", len(out.Parts), "complete", out.Complete, "rows_read", out.RowsRead,
 		"rows_staged", out.RowsStaged, "dropped_in_base", out.DroppedInBase, "dropped_in_pass", out.DroppedInPass,
-		"base_files_opened", idx.opened)
+		"base_files_opened", idx.opened, "base_row_groups_read", idx.groups)
 	return out, nil
 }
 
@@ -120,6 +125,7 @@ func (c *Coordinator) stageGeneration(ctx context.Context, shard string, pg Plan
 		c.metrics.dropped.WithLabelValues("in_pass").Add(float64(inPass))
 		c.metrics.dropped.WithLabelValues("in_base").Add(float64(inBase))
 	}()
+	lo, hi := uint64(math.MaxUint64), uint64(0)
 	for i, id := range d.Rows.IDs {
 		if _, dup := seen[id]; dup {
 			inPass++
@@ -128,11 +134,12 @@ func (c *Coordinator) stageGeneration(ctx context.Context, shard string, pg Plan
 		seen[id] = struct{}{}
 		keep[i] = true
 		fresh = append(fresh, id)
+		lo, hi = min(lo, d.Seq[i]), max(hi, d.Seq[i])
 	}
 	path := "lookup_free"
 	if pg.IDCheck {
 		path = "id_check"
-		in, err := idx.contains(fresh)
+		in, err := idx.contains(idQuery{shard: shard, ids: fresh, lo: lo, hi: hi})
 		if err != nil {
 			return 0, fmt.Errorf("publish: shard %q generation %d: ID check: %w", shard, pg.Number, err)
 		}
@@ -165,7 +172,8 @@ func (c *Coordinator) stageGeneration(ctx context.Context, shard string, pg Plan
 	if err != nil {
 		return 0, fmt.Errorf("publish: shard %q generation %d: write base file: %w", shard, pg.Number, err)
 	}
-	part.Files = append(part.Files, shardmeta.BaseFile{Path: "data/" + shard + "/" + f.Name, Rows: f.Meta.Rows, Bytes: f.Size})
+	part.Files = append(part.Files, shardmeta.BaseFile{Path: "data/" + shard + "/" + f.Name, Rows: f.Meta.Rows, Bytes: f.Size,
+		Shard: shard, SeqFirst: f.Meta.SeqFirst, SeqLast: f.Meta.SeqLast})
 	out.RowsStaged += f.Meta.Rows
 	c.metrics.rowsOut.Add(float64(f.Meta.Rows))
 	c.log.Debug("staged generation", "shard", shard, "generation", pg.Number, "path", path, "reason", pg.Reason,
@@ -185,24 +193,32 @@ func filter(s *schema.Schema, d generation.Data, keep []bool) generation.Data {
 	return out
 }
 
-// baseIndex answers "which of these ids are in the base" for one Stage
-// call: it opens the base files lazily, once, probes their id bloom
-// filters, and confirms hits by reading the id column of the row groups
-// that matched.
+// baseIndex answers "which of these ids are already in the base" for one
+// Stage call. A replay keeps a row's WAL position, so an earlier copy of a
+// replayed row lies in a base file of the same shard whose position range
+// covers it: only those files (and legacy files without a range) are
+// opened, and within them only the row groups whose _seq statistics
+// overlap. That keeps the check's cost in the size of the replayed tail,
+// not of the base. Candidate ids pass the row group's bloom filter, then
+// the id column is streamed once to confirm them, one row group at a time.
 type baseIndex struct {
 	c      *Coordinator
 	files  []shardmeta.BaseFile
-	open   []*baseFile
-	loaded bool
+	open   map[string]*baseFile
 	opened int
+	groups int // row groups whose id column was read
 }
 
 type baseFile struct {
-	path string
-	f    vfs.File
-	pf   *parquet.File
-	col  int
-	ids  map[int]map[string]struct{} // row group → its ids, read on demand
+	path   string
+	f      vfs.File
+	pf     *parquet.File
+	idCol  int
+	seqCol int // -1 without a _seq column
+}
+
+func newBaseIndex(c *Coordinator, files []shardmeta.BaseFile) *baseIndex {
+	return &baseIndex{c: c, files: files, open: map[string]*baseFile{}}
 }
 
 func (x *baseIndex) close() {
@@ -211,88 +227,168 @@ func (x *baseIndex) close() {
 	}
 }
 
-func (x *baseIndex) load() error {
-	if x.loaded {
-		return nil
-	}
-	x.loaded = true
-	for _, bf := range x.files {
-		p := filepath.Join(x.c.baseDir, filepath.FromSlash(bf.Path))
-		f, err := x.c.opts.FS.Open(p)
-		if err != nil {
-			return fmt.Errorf("open base file: %w", err)
-		}
-		x.opened++
-		x.c.metrics.baseOpens.Inc()
-		st, err := f.Stat()
-		if err == nil {
-			var pf *parquet.File
-			err = safely(func() (err error) { pf, err = parquet.OpenFile(f, st.Size()); return err })
-			if err == nil {
-				leaf, ok := pf.Schema().Lookup(schema.IDColumn)
-				if !ok {
-					err = errors.New("no id column")
-				} else {
-					x.open = append(x.open, &baseFile{path: p, f: f, pf: pf, col: leaf.ColumnIndex, ids: map[int]map[string]struct{}{}})
-					continue
-				}
-			}
-		}
-		_ = f.Close()
-		return fmt.Errorf("base file %s: %w", p, err)
-	}
-	return nil
+// idQuery is one generation's ID check: its shard, the ids to look for and
+// the span of their positions.
+type idQuery struct {
+	shard  string
+	ids    []string
+	lo, hi uint64
+	hashes []uint64 // xxhash of each id, the bloom filters' hash; computed once
 }
 
-// contains returns the ids among ids that some base file holds.
-func (x *baseIndex) contains(ids []string) (map[string]struct{}, error) {
+func (q *idQuery) hash(i int) uint64 {
+	if q.hashes == nil {
+		q.hashes = make([]uint64, len(q.ids))
+		for j, id := range q.ids {
+			q.hashes[j] = xxhash.Sum64([]byte(id))
+		}
+	}
+	return q.hashes[i]
+}
+
+func (q idQuery) mayHold(f shardmeta.BaseFile) bool {
+	if !f.HasSeqRange() {
+		return true
+	}
+	return f.Shard == q.shard && f.SeqFirst <= q.hi && q.lo <= f.SeqLast
+}
+
+// contains returns the ids of q that some base file holds.
+func (x *baseIndex) contains(q idQuery) (map[string]struct{}, error) {
 	found := map[string]struct{}{}
-	if len(ids) == 0 || len(x.files) == 0 {
-		return found, nil // an empty base holds nothing: no reads
+	if len(q.ids) == 0 {
+		return found, nil
 	}
-	if err := x.load(); err != nil {
-		return nil, err
-	}
-	for _, b := range x.open {
-		for gi, rg := range b.pf.RowGroups() {
-			chunk := rg.ColumnChunks()[b.col]
-			bloom := chunk.BloomFilter()
-			for _, id := range ids {
-				if _, done := found[id]; done {
-					continue
-				}
-				if bloom != nil {
-					hit, err := bloom.Check(parquet.ByteArrayValue([]byte(id)))
-					if err != nil {
-						return nil, fmt.Errorf("%s: bloom filter: %w", b.path, err)
-					}
-					if !hit {
-						continue
-					}
-				}
-				set, err := b.rowGroupIDs(gi, chunk)
-				if err != nil {
-					return nil, err
-				}
-				if _, ok := set[id]; ok {
-					found[id] = struct{}{}
-				}
-			}
+	for _, bf := range x.files {
+		if !q.mayHold(bf) {
+			continue
+		}
+		b, err := x.file(bf)
+		if err != nil {
+			return nil, err
+		}
+		if err := x.search(b, &q, found); err != nil {
+			return nil, err
 		}
 	}
 	return found, nil
 }
 
-func (b *baseFile) rowGroupIDs(gi int, chunk parquet.ColumnChunk) (map[string]struct{}, error) {
-	if set, ok := b.ids[gi]; ok {
-		return set, nil
+// search adds to found the ids of q that b holds.
+func (x *baseIndex) search(b *baseFile, q *idQuery, found map[string]struct{}) error {
+	for gi, rg := range b.pf.RowGroups() {
+		chunks := rg.ColumnChunks()
+		if !b.seqOverlaps(chunks, q.lo, q.hi) {
+			continue
+		}
+		want, err := bloomCandidates(chunks[b.idCol], q, found)
+		if err != nil {
+			return fmt.Errorf("%s: row group %d: bloom filter: %w", b.path, gi, err)
+		}
+		if len(want) == 0 {
+			continue
+		}
+		x.groups++
+		if err := confirm(chunks[b.idCol], b.firstRow(chunks, q.lo, q.hi), want, found); err != nil {
+			return fmt.Errorf("%s: read id column of row group %d: %w", b.path, gi, err)
+		}
 	}
-	set := make(map[string]struct{}, chunk.NumValues())
-	err := safely(func() error {
+	return nil
+}
+
+// seqOverlaps reports whether a row group's _seq range may meet [lo, hi];
+// without statistics it must be read.
+func (b *baseFile) seqOverlaps(chunks []parquet.ColumnChunk, lo, hi uint64) bool {
+	if b.seqCol < 0 {
+		return true
+	}
+	fc, ok := chunks[b.seqCol].(*parquet.FileColumnChunk)
+	if !ok {
+		return true
+	}
+	min, max, ok := fc.Bounds()
+	if !ok || min.IsNull() || max.IsNull() {
+		return true
+	}
+	return uint64(min.Int64()) <= hi && lo <= uint64(max.Int64())
+}
+
+// bloomCandidates returns the ids not yet found that the chunk's bloom
+// filter may hold (all of them without a filter). The filter is read into
+// memory once: checking it in place costs a read per id.
+func bloomCandidates(chunk parquet.ColumnChunk, q *idQuery, found map[string]struct{}) (map[string]struct{}, error) {
+	may, err := bloomCheck(chunk)
+	if err != nil {
+		return nil, err
+	}
+	want := map[string]struct{}{}
+	for i, id := range q.ids {
+		if _, done := found[id]; done {
+			continue
+		}
+		if may(q.hash(i)) {
+			want[id] = struct{}{}
+		}
+	}
+	return want, nil
+}
+
+// bloomCheck loads the chunk's bloom filter; parquet-go returns a
+// *FileBloomFilter only for the split-block xxhash filter the spec defines,
+// so its bytes can be checked with the bloom package directly.
+func bloomCheck(chunk parquet.ColumnChunk) (func(h uint64) bool, error) {
+	fb, ok := chunk.BloomFilter().(*parquet.FileBloomFilter)
+	if !ok || fb == nil {
+		return func(uint64) bool { return true }, nil
+	}
+	buf := make([]byte, fb.Size())
+	if _, err := fb.ReadAt(buf, 0); err != nil && err != io.EOF {
+		return nil, err
+	}
+	f := bloom.MakeSplitBlockFilter(buf)
+	return f.Check, nil
+}
+
+// firstRow is the first row of the row group that may hold a position in
+// [lo, hi], from the _seq column's page index (0 without one). Rows are
+// written in position order apart from replayed ones, and a replayed tail
+// is the newest part of the shard, so reading ids from there to the end
+// reads little.
+func (b *baseFile) firstRow(chunks []parquet.ColumnChunk, lo, hi uint64) int64 {
+	if b.seqCol < 0 {
+		return 0
+	}
+	fc, ok := chunks[b.seqCol].(*parquet.FileColumnChunk)
+	if !ok {
+		return 0
+	}
+	ci, err := fc.ColumnIndex()
+	if err != nil {
+		return 0
+	}
+	oi, err := fc.OffsetIndex()
+	if err != nil || oi.NumPages() != ci.NumPages() {
+		return 0
+	}
+	for i := range ci.NumPages() {
+		if ci.NullPage(i) || uint64(ci.MinValue(i).Int64()) <= hi && lo <= uint64(ci.MaxValue(i).Int64()) {
+			return oi.FirstRowIndex(i)
+		}
+	}
+	return 0
+}
+
+// confirm streams the chunk's ids from row from on and moves those in want
+// to found; only one page of values is held at a time.
+func confirm(chunk parquet.ColumnChunk, from int64, want, found map[string]struct{}) error {
+	return safely(func() error {
 		pages := chunk.Pages()
 		defer pages.Close()
+		if err := pages.SeekToRow(from); err != nil {
+			return err
+		}
 		buf := make([]parquet.Value, 1024)
-		for {
+		for len(want) > 0 {
 			page, err := pages.ReadPage()
 			if err == io.EOF {
 				return nil
@@ -300,28 +396,75 @@ func (b *baseFile) rowGroupIDs(gi int, chunk parquet.ColumnChunk) (map[string]st
 			if err != nil {
 				return err
 			}
-			vals := page.Values()
-			for {
-				n, err := vals.ReadValues(buf)
-				for _, v := range buf[:n] {
-					set[string(v.ByteArray())] = struct{}{}
-				}
-				if err == io.EOF {
-					break
-				}
-				if err != nil {
-					parquet.Release(page)
-					return err
-				}
-			}
+			err = confirmPage(page, buf, want, found)
 			parquet.Release(page)
+			if err != nil {
+				return err
+			}
 		}
+		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("%s: read id column of row group %d: %w", b.path, gi, err)
+}
+
+func confirmPage(page parquet.Page, buf []parquet.Value, want, found map[string]struct{}) error {
+	vals := page.Values()
+	for {
+		n, err := vals.ReadValues(buf)
+		for _, v := range buf[:n] {
+			if _, ok := want[string(v.ByteArray())]; ok {
+				id := string(v.ByteArray())
+				delete(want, id)
+				found[id] = struct{}{}
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
 	}
-	b.ids[gi] = set
-	return set, nil
+}
+
+// file opens a base file once per Stage.
+func (x *baseIndex) file(bf shardmeta.BaseFile) (*baseFile, error) {
+	if b, ok := x.open[bf.Path]; ok {
+		return b, nil
+	}
+	p := filepath.Join(x.c.baseDir, filepath.FromSlash(bf.Path))
+	f, err := x.c.opts.FS.Open(p)
+	if err != nil {
+		return nil, fmt.Errorf("open base file: %w", err)
+	}
+	x.opened++
+	x.c.metrics.baseOpens.Inc()
+	b, err := openBaseFile(p, f)
+	if err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("base file %s: %w", p, err)
+	}
+	x.open[bf.Path] = b
+	return b, nil
+}
+
+func openBaseFile(p string, f vfs.File) (*baseFile, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	var pf *parquet.File
+	if err := safely(func() (err error) { pf, err = parquet.OpenFile(f, st.Size()); return err }); err != nil {
+		return nil, err
+	}
+	id, ok := pf.Schema().Lookup(schema.IDColumn)
+	if !ok {
+		return nil, errors.New("no id column")
+	}
+	b := &baseFile{path: p, f: f, pf: pf, idCol: id.ColumnIndex, seqCol: -1}
+	if seq, ok := pf.Schema().Lookup(schema.SeqColumn); ok {
+		b.seqCol = seq.ColumnIndex
+	}
+	return b, nil
 }
 
 func safely(fn func() error) (err error) {

@@ -42,6 +42,42 @@ type BaseFile struct {
 	Path  string `json:"path"`
 	Rows  int64  `json:"rows"`
 	Bytes int64  `json:"bytes"`
+	// Shard and SeqFirst..SeqLast (the WAL positions of its rows) let the
+	// ID check open only the files that can hold a replayed row: a replay
+	// keeps a row's position, so its earlier copy is in a file of the same
+	// shard whose range covers that position. Files committed before these
+	// fields existed have no Shard and are always checked.
+	Shard    string `json:"shard,omitempty"`
+	SeqFirst uint64 `json:"seq_first,omitempty"`
+	SeqLast  uint64 `json:"seq_last,omitempty"`
+}
+
+// HasSeqRange reports whether f records its shard and position range.
+func (f BaseFile) HasSeqRange() bool { return f.Shard != "" }
+
+func (f BaseFile) validate() error {
+	if f.Rows < 1 {
+		return fmt.Errorf("rows %d < 1", f.Rows)
+	}
+	if f.Bytes < 0 {
+		return fmt.Errorf("bytes %d < 0", f.Bytes)
+	}
+	if !f.HasSeqRange() {
+		if f.SeqFirst != 0 || f.SeqLast != 0 {
+			return errors.New("seq_first/seq_last without a shard")
+		}
+		return nil
+	}
+	if err := ValidateShard(f.Shard); err != nil {
+		return err
+	}
+	if !strings.HasPrefix(f.Path, "data/"+f.Shard+"/") {
+		return fmt.Errorf("is not under data/%s/", f.Shard)
+	}
+	if f.SeqFirst > f.SeqLast {
+		return fmt.Errorf("seq range [%d, %d] is empty", f.SeqFirst, f.SeqLast)
+	}
+	return nil
 }
 
 // BaseState is the value of base/state: the base table's version, its
@@ -92,7 +128,8 @@ func (b *BaseState) Clone() *BaseState {
 //
 //   - files: paths clean, relative, slash-separated, under "data/", without
 //     ".." and distinct; rows ≥ 1 (an empty file is never committed);
-//     bytes ≥ 0;
+//     bytes ≥ 0; a file with a shard lies under data/<shard>/ and has a
+//     non-empty seq range, one without has no seq range;
 //   - shards: valid shard names; an observed_epoch only with a cutoff and
 //     ≥ 1.
 //
@@ -106,11 +143,8 @@ func (b *BaseState) Validate() error {
 		if err := checkBasePath(f.Path); err != nil {
 			return baseInvalidf("files[%d].path %q %v", i, f.Path, err)
 		}
-		if f.Rows < 1 {
-			return baseInvalidf("files[%d] (%s): rows %d < 1", i, f.Path, f.Rows)
-		}
-		if f.Bytes < 0 {
-			return baseInvalidf("files[%d] (%s): bytes %d < 0", i, f.Path, f.Bytes)
+		if err := f.validate(); err != nil {
+			return baseInvalidf("files[%d] (%s): %v", i, f.Path, err)
 		}
 		if j, dup := seen[f.Path]; dup {
 			return baseInvalidf("files[%d].path %q is also files[%d].path", i, f.Path, j)
@@ -156,7 +190,8 @@ func checkBasePath(p string) error {
 }
 
 // baseStateShape: every field required except the two optional pointers.
-var baseFileFields = map[string]bool{"path": true, "rows": true, "bytes": true}
+var baseFileFields = map[string]bool{"path": true, "rows": true, "bytes": true,
+	"shard": false, "seq_first": false, "seq_last": false}
 var shardStateFields = map[string]bool{"watermark": true, "observed_epoch": false, "cutoff": false}
 
 // DecodeBaseState parses a stored base state strictly and validates it.
@@ -214,7 +249,7 @@ func checkBaseStructure(data []byte) error {
 		case "files":
 			return walkBaseArray(dec, p, func(q string) error {
 				return walkBaseFields(dec, q, baseFileFields, func(k, r string) error {
-					return walkBaseScalar(dec, r, k != "path")
+					return walkBaseScalar(dec, r, k != "path" && k != "shard")
 				})
 			})
 		case "shards":

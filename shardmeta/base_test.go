@@ -10,7 +10,8 @@ func u64(v uint64) *uint64 { return &v }
 
 func TestBaseStateRoundTrip(t *testing.T) {
 	b := &BaseState{Version: 3,
-		Files: []BaseFile{{Path: "data/s0/a.parquet", Rows: 10, Bytes: 100}},
+		Files: []BaseFile{{Path: "data/s0/a.parquet", Rows: 10, Bytes: 100},
+			{Path: "data/s0/b.parquet", Rows: 3, Bytes: 50, Shard: "s0", SeqFirst: 11, SeqLast: 13}},
 		Shards: map[string]ShardMergeState{
 			"s0": {Watermark: 4, ObservedEpoch: u64(2), Cutoff: u64(4)},
 			"s1": {Watermark: 1, Cutoff: u64(1)}, // legacy
@@ -54,6 +55,10 @@ func TestDecodeBaseStateFailsClosed(t *testing.T) {
 		"outside data":       {`{"version":0,"files":[{"path":"x.parquet","rows":1,"bytes":0}],"shards":{}}`, "not under data/"},
 		"duplicate file":     {`{"version":0,"files":[{"path":"data/a","rows":1,"bytes":0},{"path":"data/a","rows":1,"bytes":0}],"shards":{}}`, "also files[0]"},
 		"unknown file field": {`{"version":0,"files":[{"path":"data/a","rows":1,"bytes":0,"z":1}],"shards":{}}`, `unknown field "z"`},
+		"seq without shard":  {`{"version":0,"files":[{"path":"data/a","rows":1,"bytes":0,"seq_first":1,"seq_last":2}],"shards":{}}`, "without a shard"},
+		"shard not in path":  {`{"version":0,"files":[{"path":"data/s1/a","rows":1,"bytes":0,"shard":"s0","seq_first":1,"seq_last":2}],"shards":{}}`, "not under data/s0/"},
+		"empty seq range":    {`{"version":0,"files":[{"path":"data/s0/a","rows":1,"bytes":0,"shard":"s0","seq_first":3,"seq_last":2}],"shards":{}}`, "seq range [3, 2] is empty"},
+		"shard number":       {`{"version":0,"files":[{"path":"data/s0/a","rows":1,"bytes":0,"shard":7}],"shards":{}}`, "want a string"},
 		"epoch no cutoff":    {`{"version":0,"files":[],"shards":{"s0":{"watermark":1,"observed_epoch":2}}}`, `shard "s0": observed_epoch 2 has no cutoff`},
 		"epoch string":       {`{"version":0,"files":[],"shards":{"s0":{"watermark":1,"observed_epoch":"2","cutoff":1}}}`, "want a number"},
 		"epoch null":         {`{"version":0,"files":[],"shards":{"s0":{"watermark":1,"observed_epoch":null,"cutoff":1}}}`, "null"},
