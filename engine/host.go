@@ -18,8 +18,13 @@ type Host struct {
 	budget  *memtable.Budget
 	metrics *metrics
 
-	mu      sync.Mutex
-	lease   *lease
+	// openMu serialises Open and Close and guards lease. Open holds it,
+	// not mu, while it claims: a claim waits as long as another writer owns
+	// the shard, and a standby must answer Shard and Shards meanwhile.
+	openMu sync.Mutex
+	lease  *lease
+
+	mu      sync.Mutex // guards shards and closing
 	shards  map[string]*Shard
 	closing bool
 
@@ -39,32 +44,44 @@ func NewHost(opts Options) (*Host, error) {
 		bg: bg, bgCancel: cancel}, nil
 }
 
-// Open claims and opens a shard; opening an open shard returns it.
+// Open claims and opens a shard; opening an open shard returns it. The
+// claim waits while another writer owns the shard (until ctx ends); the
+// shards already open keep answering meanwhile.
 func (h *Host) Open(ctx context.Context, name string) (*Shard, error) {
+	h.openMu.Lock()
+	defer h.openMu.Unlock()
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closing {
+	s, open := h.shards[name]
+	closing := h.closing
+	h.mu.Unlock()
+	switch {
+	case closing:
 		return nil, fmt.Errorf("%w: the host is closed", ErrClosed)
-	}
-	if s, ok := h.shards[name]; ok {
+	case open:
 		return s, nil
 	}
 	if err := h.ensureLease(ctx); err != nil {
 		return nil, err
 	}
-	s, err := openShard(ctx, &h.opts, name, h.lease, h.budget, h.metrics)
+	l := h.lease
+	s, err := openShard(ctx, &h.opts, name, l, h.budget, h.metrics)
 	if err != nil {
 		return nil, err
 	}
 	if h.opts.ReclaimOnFence {
 		s.onFenced = h.reclaimInBackground
 	}
+	h.mu.Lock()
 	h.shards[name] = s
+	h.mu.Unlock()
+	if l.isLost() { // the watcher of ensureLease may have listed the shards before s
+		s.stop(fmt.Errorf("%w: shard %s: the writer's lease was lost", ErrFenced, name))
+	}
 	return s, nil
 }
 
 // ensureLease grants the host's lease (or a new one after the last was
-// lost) and fences every shard when it is lost.
+// lost) and fences every shard when it is lost. The caller holds openMu.
 func (h *Host) ensureLease(ctx context.Context) error {
 	if h.lease != nil && !h.lease.isLost() {
 		return nil
@@ -142,6 +159,8 @@ func (h *Host) Shards() []*Shard {
 // at once.
 func (h *Host) Close(ctx context.Context) error {
 	h.bgCancel()
+	h.openMu.Lock() // after a running Open: its ctx, not Close, bounds it
+	defer h.openMu.Unlock()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.closing = true

@@ -1,5 +1,6 @@
-// Package server is the writer's HTTP interface: NDJSON ingest into the
-// shards of an engine.Host, flush, status, liveness, readiness and metrics.
+// Package server is the writer's HTTP interface: NDJSON and Arrow IPC
+// ingest into the shards of an engine.Host, flush, status, liveness,
+// readiness and metrics.
 package server
 
 import (
@@ -18,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -27,6 +29,10 @@ import (
 
 // DefaultMaxBodyBytes bounds a request body unless Options.MaxBodyBytes is set.
 const DefaultMaxBodyBytes = 64 << 20
+
+// DefaultMaxRows bounds the rows of a request unless Options.MaxRows is set:
+// the engine's default MaxBatchRows.
+const DefaultMaxRows = 100000
 
 // Content types of the ingest endpoint.
 const (
@@ -48,6 +54,9 @@ type Options struct {
 	Registry *prometheus.Registry
 	// MaxBodyBytes bounds a request body; default DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// MaxRows bounds the rows of a request while it is decoded, before the
+	// engine's own MaxBatchRows applies; default DefaultMaxRows.
+	MaxRows int
 }
 
 // Server is an http.Handler over a Host.
@@ -83,6 +92,9 @@ func New(opts Options) *Server {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if opts.MaxRows <= 0 {
+		opts.MaxRows = DefaultMaxRows
+	}
 	s := &Server{opts: opts, mux: http.NewServeMux(), hosted: map[string]bool{},
 		inflight: map[*engine.Shard]*probe{}, last: map[*engine.Shard]string{}}
 	for _, name := range opts.Shards {
@@ -108,11 +120,15 @@ func (s *Server) SetReady(ready bool) { s.ready.Store(ready) }
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
-// apiError is the JSON body of every error answer.
+// apiError is the JSON body of every error answer. Line locates an NDJSON
+// row (1-based); RecordBatch and Row locate an Arrow row (0-based, as
+// Arrow libraries index them).
 type apiError struct {
-	Error  string `json:"error"`
-	Line   int    `json:"line,omitempty"`
-	Column string `json:"column,omitempty"`
+	Error       string `json:"error"`
+	Line        int    `json:"line,omitempty"`
+	RecordBatch *int   `json:"record_batch,omitempty"`
+	Row         *int   `json:"row,omitempty"`
+	Column      string `json:"column,omitempty"`
 }
 
 // AppendResponse answers a successful ingest.
@@ -185,14 +201,8 @@ func (s *Server) handleRows(w http.ResponseWriter, r *http.Request) {
 	if !ok || s.notReady(w, r) {
 		return
 	}
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	switch {
-	case err == nil && mt == ContentTypeNDJSON:
-	case err == nil && mt == ContentTypeArrow:
-		s.fail(w, r, http.StatusUnsupportedMediaType, apiError{Error: "Arrow IPC ingest is not supported yet; send " + ContentTypeNDJSON})
-		return
-	default:
-		s.fail(w, r, http.StatusUnsupportedMediaType, apiError{Error: fmt.Sprintf("unsupported content type %q; send %s", r.Header.Get("Content-Type"), ContentTypeNDJSON)})
+	decode, ok := s.decoder(w, r)
+	if !ok {
 		return
 	}
 	src, err := sourceOf(r)
@@ -200,23 +210,20 @@ func (s *Server) handleRows(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusBadRequest, apiError{Error: err.Error()})
 		return
 	}
-	rows, lines, perr := decodeNDJSON(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
-	if perr != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(perr.err, &tooBig) {
-			s.fail(w, r, http.StatusRequestEntityTooLarge, apiError{Error: fmt.Sprintf("request body is larger than %d bytes", tooBig.Limit)})
-			return
-		}
-		s.fail(w, r, http.StatusBadRequest, apiError{Error: perr.Error(), Line: perr.line})
+	body := &bodyReader{r: http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)}
+	d, err := decode(body)
+	if err != nil {
+		code, e := decodeError(err, body)
+		s.fail(w, r, code, e)
 		return
 	}
-	if len(rows) == 0 {
+	if len(d.rows) == 0 {
 		s.fail(w, r, http.StatusBadRequest, apiError{Error: "no rows in the request body"})
 		return
 	}
-	res, err := sh.Append(r.Context(), rows, src)
+	res, err := sh.Append(r.Context(), d.rows, src)
 	if err != nil {
-		code, e := s.appendError(err, lines)
+		code, e := s.appendError(err, d.locate)
 		s.fail(w, r, code, e)
 		return
 	}
@@ -224,6 +231,94 @@ func (s *Server) handleRows(w http.ResponseWriter, r *http.Request) {
 		Acked: res.Stored + res.Duplicates, Stored: res.Stored, Duplicates: res.Duplicates,
 		FirstSeq: res.FirstSeq, LastSeq: res.LastSeq, Generation: res.Generation,
 	})
+}
+
+// decoded is a request body as rows; locate names where a rejected row
+// came from (its line, or its record batch and row).
+type decoded struct {
+	rows   []schema.Row
+	locate locator
+}
+
+// locator turns a row error into the answer body, or false when the row is
+// not one of the request's.
+type locator func(*schema.RowError) (apiError, bool)
+
+// decoder picks the body decoder of the request's content type, or answers
+// 415.
+func (s *Server) decoder(w http.ResponseWriter, r *http.Request) (func(io.Reader) (decoded, error), bool) {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	switch {
+	case err == nil && mt == ContentTypeNDJSON:
+		return s.decodeNDJSONBody, true
+	case err == nil && mt == ContentTypeArrow:
+		return s.decodeArrowBody, true
+	}
+	s.fail(w, r, http.StatusUnsupportedMediaType, apiError{Error: fmt.Sprintf("unsupported content type %q; send %s or %s",
+		r.Header.Get("Content-Type"), ContentTypeNDJSON, ContentTypeArrow)})
+	return nil, false
+}
+
+func (s *Server) decodeNDJSONBody(body io.Reader) (decoded, error) {
+	rows, lines, perr := decodeNDJSON(body, s.opts.MaxRows)
+	if perr != nil {
+		return decoded{}, perr
+	}
+	return decoded{rows: rows, locate: lineLocator(lines)}, nil
+}
+
+func (s *Server) decodeArrowBody(body io.Reader) (decoded, error) {
+	a, err := decodeArrow(body, memory.DefaultAllocator, s.opts.MaxBodyBytes, s.opts.MaxRows)
+	if err != nil {
+		return decoded{}, err
+	}
+	return decoded{rows: a.rows, locate: a.locate}, nil
+}
+
+// lineLocator names the NDJSON line of a row; lines[i] is row i's line.
+func lineLocator(lines []int) locator {
+	return func(re *schema.RowError) (apiError, bool) {
+		if re.Row < 0 || re.Row >= len(lines) {
+			return apiError{}, false
+		}
+		line := lines[re.Row]
+		return apiError{Error: fmt.Sprintf("line %d, column %q: %s", line, re.Column, re.Reason), Line: line, Column: re.Column}, true
+	}
+}
+
+// bodyReader remembers the first read error, so that a body over
+// MaxBodyBytes answers 413 however a decoder wrapped or replaced it.
+type bodyReader struct {
+	r   io.Reader
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && b.err == nil {
+		b.err = err
+	}
+	return n, err
+}
+
+// decodeError maps a body that did not decode to a status and a body.
+func decodeError(err error, body *bodyReader) (int, apiError) {
+	var tooBig *http.MaxBytesError
+	if errors.As(body.err, &tooBig) {
+		return http.StatusRequestEntityTooLarge, apiError{Error: fmt.Sprintf("request body is larger than %d bytes", tooBig.Limit)}
+	}
+	if errors.Is(err, errTooManyRows) || errors.Is(err, errMessageTooLarge) {
+		return http.StatusRequestEntityTooLarge, apiError{Error: err.Error()}
+	}
+	var pe *parseError
+	var ae *arrowError
+	switch {
+	case errors.As(err, &pe):
+		return http.StatusBadRequest, apiError{Error: pe.Error(), Line: pe.line}
+	case errors.As(err, &ae):
+		return http.StatusBadRequest, ae.api()
+	}
+	return http.StatusBadRequest, apiError{Error: err.Error()}
 }
 
 // sourceOf reads the optional source and offset query parameters.
@@ -245,18 +340,18 @@ func sourceOf(r *http.Request) (engine.Source, error) {
 	return engine.Source{Name: name, Offset: n}, nil
 }
 
-// appendError maps an engine error to a status and a body; lines maps a
-// row index to its NDJSON line.
-func (s *Server) appendError(err error, lines []int) (int, apiError) {
+// appendError maps an engine error to a status and a body; locate, when
+// set, names where a rejected row came from.
+func (s *Server) appendError(err error, locate locator) (int, apiError) {
 	var rowErr *schema.RowError
 	switch {
 	case errors.As(err, &rowErr):
-		e := apiError{Error: err.Error(), Column: rowErr.Column}
-		if rowErr.Row >= 0 && rowErr.Row < len(lines) {
-			e.Line = lines[rowErr.Row]
-			e.Error = fmt.Sprintf("line %d, column %q: %s", e.Line, rowErr.Column, rowErr.Reason)
+		if locate != nil {
+			if e, ok := locate(rowErr); ok {
+				return http.StatusBadRequest, e
+			}
 		}
-		return http.StatusBadRequest, e
+		return http.StatusBadRequest, apiError{Error: err.Error(), Column: rowErr.Column}
 	case errors.Is(err, engine.ErrBatchTooLarge):
 		return http.StatusRequestEntityTooLarge, apiError{Error: err.Error()}
 	case errors.Is(err, engine.ErrBackpressure):
@@ -279,6 +374,8 @@ type parseError struct {
 	err  error
 }
 
+func (e *parseError) Unwrap() error { return e.err }
+
 func (e *parseError) Error() string {
 	if e.line > 0 {
 		return fmt.Sprintf("line %d: %v", e.line, e.err)
@@ -286,9 +383,9 @@ func (e *parseError) Error() string {
 	return e.err.Error()
 }
 
-// decodeNDJSON reads one JSON object per line; blank lines are skipped.
-// lines[i] is the 1-based line of rows[i].
-func decodeNDJSON(body io.Reader) (rows []schema.Row, lines []int, perr *parseError) {
+// decodeNDJSON reads one JSON object per line, at most maxRows of them;
+// blank lines are skipped. lines[i] is the 1-based line of rows[i].
+func decodeNDJSON(body io.Reader, maxRows int) (rows []schema.Row, lines []int, perr *parseError) {
 	br := bufio.NewReaderSize(body, 64<<10)
 	for line := 1; ; line++ {
 		b, err := br.ReadBytes('\n')
@@ -296,6 +393,9 @@ func decodeNDJSON(body io.Reader) (rows []schema.Row, lines []int, perr *parseEr
 			return nil, nil, &parseError{err: err}
 		}
 		if t := bytes.TrimSpace(b); len(t) > 0 {
+			if len(rows) >= maxRows {
+				return nil, nil, &parseError{line: line, err: fmt.Errorf("%w: more than %d rows in the request", errTooManyRows, maxRows)}
+			}
 			row, derr := decodeLine(t)
 			if derr != nil {
 				return nil, nil, &parseError{line: line, err: derr}

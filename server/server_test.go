@@ -220,7 +220,7 @@ func TestErrorStatuses(t *testing.T) {
 		{"unknown shard flush", "/v1/shards/nope/flush", "", "", http.StatusNotFound},
 		{"wrong content type", "/v1/shards/s0/rows", "application/json", ndjson("a"), http.StatusUnsupportedMediaType},
 		{"no content type", "/v1/shards/s0/rows", "", ndjson("a"), http.StatusUnsupportedMediaType},
-		{"arrow not yet", "/v1/shards/s0/rows", ContentTypeArrow, "x", http.StatusUnsupportedMediaType},
+		{"arrow garbage", "/v1/shards/s0/rows", ContentTypeArrow, "x", http.StatusBadRequest},
 		{"body too large", "/v1/shards/s0/rows", ContentTypeNDJSON, strings.Repeat(ndjson("a"), 100), http.StatusRequestEntityTooLarge},
 		{"empty body", "/v1/shards/s0/rows", ContentTypeNDJSON, "\n\n", http.StatusBadRequest},
 		{"offset without source", "/v1/shards/s0/rows?offset=3", ContentTypeNDJSON, ndjson("a"), http.StatusBadRequest},

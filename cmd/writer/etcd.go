@@ -83,7 +83,9 @@ func openMetadata(ctx context.Context, dataDir string, c etcdclient.Config, log 
 		}
 		return m, nil
 	}
-	c.Password = os.Getenv("ROLLWAL_ETCD_PASSWORD")
+	if c.Password == "" { // a configuration file may carry it
+		c.Password = os.Getenv(passwordEnv)
+	}
 	c.EnsureDefaults()
 	if err := c.Validate(); err != nil {
 		return nil, err

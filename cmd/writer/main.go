@@ -1,7 +1,25 @@
-// Command writer runs rollwal: `writer serve` claims shards and serves HTTP
-// ingest; `writer generate` appends generated rollouts on the embedded
-// defaults and prints what it wrote; `writer snapshot create-schema`
-// prepares the Cassandra snapshot table. Merging and inspection come next.
+// Command writer runs rollwal and operates on its data.
+//
+//	writer serve                      claim shards and serve HTTP ingest until SIGTERM
+//	writer generate                   append generated rollouts on the embedded defaults
+//	writer merge                      publish committed generations into the base table
+//	writer inspect shards             every shard: owner, epoch, generations, replay cursor
+//	writer inspect shard S            a shard's manifest and owner
+//	writer inspect generations S      a shard's generations, read from their footers
+//	writer inspect base               the base table: version, files, rows, merge state
+//	writer wal verify --shard S       check a shard's WAL; non-zero exit at damage
+//	writer wal dump --shard S         print its records (--rows: their rows)
+//	writer wal repair --shard S       cut a torn tail (shows what it cuts; needs --yes)
+//	writer snapshot get SHARD/SOURCE  a stored snapshot offset
+//	writer snapshot create-schema     the Cassandra table of snapshot offsets
+//	writer config check               validate the configuration and print it
+//	writer version                    module version, Go version, VCS revision
+//
+// Settings come from defaults, then the YAML file of --config (strict:
+// unknown keys are errors; ${VAR} expands from the environment), then the
+// flags set on the command line. Commands that read metadata use the
+// configured etcd cluster, else the etcd a running serve recorded in
+// <data-dir>/etcd.endpoint, else start the embedded etcd under the data dir.
 package main
 
 import (
@@ -27,7 +45,8 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newGenerate(), newServe(), newMerge(), newSnapshot())
+	root.AddCommand(newGenerate(), newServe(), newMerge(), newInspect(), newWAL(), newSnapshot(),
+		newConfig(), newVersion())
 	return root
 }
 

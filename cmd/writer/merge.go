@@ -14,17 +14,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/rollwal/rollwal/internal/etcdclient"
 	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/publish"
 )
 
 type mergeOptions struct {
-	dataDir string
-	table   string
-	every   time.Duration
-	output  string
-	etcd    etcdclient.Config
+	storeOptions
+	every  time.Duration
+	output string
 }
 
 func newMerge() *cobra.Command {
@@ -34,17 +31,18 @@ func newMerge() *cobra.Command {
 		Short: "Publish committed generations into the base table (one pass, or --every DURATION)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.resolve(cmd.Flags()); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return o.run(ctx, cmd.OutOrStdout())
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.dataDir, "data-dir", "./data", "data directory")
-	f.StringVar(&o.table, "table", "rollouts", "table name")
+	addStoreFlags(f, &o.storeOptions)
 	f.DurationVar(&o.every, "every", 0, "merge again at this interval until interrupted (0: one pass)")
 	f.StringVarP(&o.output, "output", "o", "table", "output: table or json")
-	addEtcdFlags(f, &o.etcd)
 	return cmd
 }
 

@@ -34,6 +34,9 @@ type serveOptions struct {
 	shutdownTimeout time.Duration
 	logLevel        string
 	etcd            etcdclient.Config
+	adminListen     string
+	configFile      string
+	unreadyDelay    time.Duration
 }
 
 func newServe() *cobra.Command {
@@ -43,7 +46,7 @@ func newServe() *cobra.Command {
 		Short: "Claim shards and serve HTTP ingest, flush, status, health and metrics until SIGTERM",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := o.validate(); err != nil {
+			if err := o.resolve(cmd.Flags()); err != nil {
 				return err
 			}
 			var level slog.Level
@@ -56,55 +59,40 @@ func newServe() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.dataDir, "data-dir", "./data", "data directory (WAL, generations, embedded etcd)")
-	f.StringVar(&o.listen, "listen", "127.0.0.1:8080", "HTTP listen address (port 0 picks a free port)")
-	f.StringVar(&o.table, "table", "rollouts", "table name")
-	f.StringSliceVar(&o.shards, "shards", []string{"default"}, "shards to claim and serve")
-	f.Int64Var(&o.flushBytes, "flush-bytes", 64<<20, "seal a memtable at this many bytes")
-	f.DurationVar(&o.flushAge, "flush-age", 30*time.Second, "seal a memtable once its oldest row is this old (negative: never)")
-	f.DurationVar(&o.leaseTTL, "lease-ttl", 5*time.Second, "TTL of the writer's etcd lease")
-	f.Int64Var(&o.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted")
-	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "bound on draining requests, flushing and releasing the shards at SIGTERM")
-	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	def := defaultConfig()
+	addConfigFlag(f, &o.configFile)
+	f.StringVar(&o.dataDir, "data-dir", def.DataDir, "data directory (WAL, generations, embedded etcd)")
+	f.StringVar(&o.listen, "listen", def.Listen, "HTTP listen address (port 0 picks a free port)")
+	f.StringVar(&o.adminListen, "admin-listen", def.AdminListen, "address of the admin listener serving /debug/pprof/ (default: none)")
+	f.StringVar(&o.table, "table", def.Table, "table name")
+	f.StringSliceVar(&o.shards, "shards", def.Shards, "shards to claim and serve")
+	f.Int64Var(&o.flushBytes, "flush-bytes", def.FlushBytes, "seal a memtable at this many bytes")
+	f.DurationVar(&o.flushAge, "flush-age", def.FlushAge, "seal a memtable once its oldest row is this old (negative: never)")
+	f.DurationVar(&o.leaseTTL, "lease-ttl", def.LeaseTTL, "TTL of the writer's etcd lease")
+	f.Int64Var(&o.maxBodyBytes, "max-body-bytes", def.MaxBodyBytes, "largest request body accepted")
+	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", def.ShutdownTimeout, "bound on draining requests, flushing and releasing the shards at SIGTERM")
+	f.StringVar(&o.logLevel, "log-level", def.LogLevel, "log level: debug, info, warn or error")
+	f.DurationVar(&o.unreadyDelay, "unready-delay", def.UnreadyDelay, "at SIGTERM, answer /readyz (and ingest) 503 this long before closing the listener: "+
+		"set it to what a load balancer needs to see the writer unready, so that it stops routing here before connections are refused")
 	addEtcdFlags(f, &o.etcd)
 	return cmd
 }
 
-func (o *serveOptions) validate() error {
-	if len(o.shards) == 0 {
-		return errors.New("--shards: need at least one shard")
-	}
-	seen := map[string]bool{}
-	for _, s := range o.shards {
-		if s == "" {
-			return errors.New("--shards: empty shard name")
-		}
-		if seen[s] {
-			return fmt.Errorf("--shards: %q named twice", s)
-		}
-		seen[s] = true
-	}
-	switch {
-	case o.flushBytes <= 0:
-		return fmt.Errorf("--flush-bytes %d: must be positive", o.flushBytes)
-	case o.flushAge == 0:
-		return errors.New("--flush-age 0: use a positive age, or a negative one to disable age-based flushes")
-	case o.maxBodyBytes <= 0:
-		return fmt.Errorf("--max-body-bytes %d: must be positive", o.maxBodyBytes)
-	case o.shutdownTimeout <= 0:
-		return fmt.Errorf("--shutdown-timeout %v: must be positive", o.shutdownTimeout)
-	}
-	return nil
-}
-
-// run serves until ctx ends, then shuts down in order: unready, stop taking
-// requests, close the host (flush, release the leases), close etcd.
+// run serves until ctx ends, then shuts down in order: unready (for
+// --unready-delay, with the listener still open), stop taking requests,
+// close the host (flush, release the leases), close etcd.
 func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", o.listen, err)
 	}
 	addr := ln.Addr().String()
+	admin, err := startAdmin(o.adminListen, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer admin.Close()
 	meta, err := openMetadata(ctx, o.dataDir, o.etcd, log)
 	if err != nil {
 		ln.Close()
@@ -136,6 +124,7 @@ func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
 	httpSrv := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	served := make(chan error, 1)
 	go func() { served <- httpSrv.Serve(ln) }() // /livez and /readyz answer while the shards replay
+	log.Info("http server started; ready once the shards are claimed and replayed", "addr", addr)
 
 	var runErr error
 	opened := true
@@ -163,6 +152,14 @@ func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
 	}
 
 	srv.SetReady(false)
+	if opened && runErr == nil && o.unreadyDelay > 0 {
+		log.Info("unready; the listener closes after the unready delay", "delay", o.unreadyDelay.String())
+		select {
+		case <-time.After(o.unreadyDelay):
+		case err := <-served:
+			runErr = fmt.Errorf("http server: %w", err)
+		}
+	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	defer cancel()
 	if err := httpSrv.Shutdown(shutdownCtx); err != nil {

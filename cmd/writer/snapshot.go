@@ -2,8 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -22,7 +28,7 @@ type snapshotSchemaOptions struct {
 // newSnapshot groups the snapshot store's operator commands.
 func newSnapshot() *cobra.Command {
 	cmd := &cobra.Command{Use: "snapshot", Short: "Operate the snapshot-offset store"}
-	cmd.AddCommand(newSnapshotCreateSchema())
+	cmd.AddCommand(newSnapshotCreateSchema(), newSnapshotGet())
 	return cmd
 }
 
@@ -65,4 +71,118 @@ func (o *snapshotSchemaOptions) run(ctx context.Context, out io.Writer) error {
 	}
 	_, err := fmt.Fprintf(out, "created %s.%s\n", o.keyspace, o.table)
 	return err
+}
+
+// snapshotPrefix is the root of the etcd snapshot store's keys, as serve
+// and generate open it.
+const snapshotPrefix = "rollwal-snapshots"
+
+type snapshotGetOptions struct {
+	storeOptions
+	hosts                   []string
+	cassKeyspace, cassTable string
+	timeout                 time.Duration
+	output                  string
+}
+
+func newSnapshotGet() *cobra.Command {
+	o := &snapshotGetOptions{}
+	cmd := &cobra.Command{
+		Use:   "get SHARD/SOURCE",
+		Short: "Print the snapshot offset stored for a source of a shard (the etcd store; Cassandra with --cassandra-hosts)",
+		Long: "Print the snapshot stored under SHARD/SOURCE of the table: the highest offset of SOURCE that\n" +
+			"the shard's committed generations cover. SOURCE may contain \"/\"; the shard name may not.",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(o.output, "table", "json"); err != nil {
+				return err
+			}
+			if err := o.resolve(cmd.Flags()); err != nil {
+				return err
+			}
+			return o.run(cmd.Context(), args[0], cmd.OutOrStdout())
+		},
+	}
+	f := cmd.Flags()
+	addStoreFlags(f, &o.storeOptions)
+	f.StringSliceVar(&o.hosts, "cassandra-hosts", nil, "read the Cassandra store at these contact points (host:port) instead of etcd")
+	f.StringVar(&o.cassKeyspace, "cassandra-keyspace", "rollwal", "Cassandra keyspace")
+	f.StringVar(&o.cassTable, "cassandra-table", "snapshots", "Cassandra table")
+	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "bound on the read")
+	f.StringVarP(&o.output, "output", "o", "table", "output: table or json")
+	return cmd
+}
+
+// parseSnapshotKey splits SHARD/SOURCE at the first "/": shard names never
+// hold one, sources such as "topic/3" may.
+func parseSnapshotKey(table, arg string) (snapshot.Key, error) {
+	shard, source, ok := strings.Cut(arg, "/")
+	if !ok || shard == "" || source == "" {
+		return snapshot.Key{}, fmt.Errorf("key %q: want SHARD/SOURCE", arg)
+	}
+	k := snapshot.Key{Table: table, Shard: shard, Source: source}
+	return k, k.Validate()
+}
+
+func (o *snapshotGetOptions) run(ctx context.Context, arg string, out io.Writer) error {
+	key, err := parseSnapshotKey(o.table, arg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	store, closeStore, err := o.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	snap, err := store.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	return printSnapshot(out, o.output, key, snap)
+}
+
+// open opens the store to read and returns what closes it.
+func (o *snapshotGetOptions) open(ctx context.Context) (snapshot.Store, func(), error) {
+	if len(o.hosts) > 0 {
+		s, err := snapshot.NewCassandra(ctx, snapshot.CassandraOptions{Hosts: o.hosts, Keyspace: o.cassKeyspace, Table: o.cassTable, Timeout: o.timeout})
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, func() { s.Close() }, nil
+	}
+	meta, err := o.openMeta(ctx, newLogger(slog.LevelWarn))
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := snapshot.NewEtcd(meta.client, snapshotPrefix, snapshot.EtcdOptions{RequestTimeout: meta.requestTimeout})
+	if err != nil {
+		meta.Close()
+		return nil, nil, err
+	}
+	return s, func() { meta.Close() }, nil
+}
+
+// snapshotOutput is `snapshot get -o json`; value is base64, as JSON
+// carries bytes.
+type snapshotOutput struct {
+	Table    string            `json:"table"`
+	Shard    string            `json:"shard"`
+	Source   string            `json:"source"`
+	Offset   int64             `json:"offset"`
+	Value    []byte            `json:"value"`
+	Metadata map[string]string `json:"metadata"`
+}
+
+func printSnapshot(out io.Writer, format string, k snapshot.Key, s snapshot.Snapshot) error {
+	if format == "json" {
+		return json.NewEncoder(out).Encode(snapshotOutput{k.Table, k.Shard, k.Source, s.Offset, s.Value, s.Metadata})
+	}
+	tw := tabwriter.NewWriter(out, 2, 8, 2, ' ', 0)
+	fmt.Fprintf(tw, "table\t%s\nshard\t%s\nsource\t%s\noffset\t%d\nvalue\t%d bytes\n", k.Table, k.Shard, k.Source, s.Offset, len(s.Value))
+	for _, name := range slices.Sorted(maps.Keys(s.Metadata)) {
+		fmt.Fprintf(tw, "metadata\t%s = %s\n", name, s.Metadata[name])
+	}
+	return tw.Flush()
 }

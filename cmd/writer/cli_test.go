@@ -1,0 +1,76 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/rogpeppe/go-internal/testscript"
+)
+
+// TestMain lets the test binary act as the writer command in testscript
+// scripts: testscript.Main runs main when the binary is invoked under the
+// name "writer" (a hard link it puts on $PATH), and the tests otherwise.
+//
+// A helper child (the binary re-executed to run one helper test, such as
+// the serve tests' TestServeHelperProcess) skips that setup: it exits from
+// inside its test, so testscript.Main would never remove the directory it
+// made for the link.
+func TestMain(m *testing.M) {
+	if helperChild() {
+		os.Exit(m.Run())
+	}
+	testscript.Main(m, map[string]func(){"writer": main})
+}
+
+func helperChild() bool {
+	if os.Getenv(serveHelperEnv) == "1" {
+		return true
+	}
+	for _, a := range os.Args[1:] {
+		if strings.HasPrefix(a, "-test.run=") && strings.Contains(a, "HelperProcess") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestCLI runs the scripts of testdata/script: every command with good and
+// bad flags and configuration, its exit code and its messages.
+func TestCLI(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir:  "testdata/script",
+		Cmds: map[string]func(*testscript.TestScript, bool, []string){"flipbyte": flipByte},
+	})
+}
+
+// flipByte inverts the byte at OFFSET of the one file matching PATTERN
+// (a glob, as generated names are random); a negative OFFSET counts from
+// the end. It damages files as a bad disk would: a torn or corrupt record.
+//
+//	flipbyte PATTERN OFFSET
+func flipByte(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: flipbyte PATTERN OFFSET")
+	}
+	matches, err := filepath.Glob(ts.MkAbs(args[0]))
+	ts.Check(err)
+	if len(matches) != 1 {
+		ts.Fatalf("flipbyte: %s matches %d files, want 1: %v", args[0], len(matches), matches)
+	}
+	off, err := strconv.ParseInt(args[1], 10, 64)
+	ts.Check(err)
+	data, err := os.ReadFile(matches[0])
+	ts.Check(err)
+	if off < 0 {
+		off += int64(len(data))
+	}
+	if off < 0 || off >= int64(len(data)) {
+		ts.Fatalf("flipbyte: offset %s outside the %d bytes of %s", args[1], len(data), matches[0])
+	}
+	data[off] ^= 0xff
+	ts.Check(os.WriteFile(matches[0], data, 0o644))
+	ts.Logf("flipped byte %d of %s", off, matches[0])
+}

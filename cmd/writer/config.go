@@ -1,0 +1,427 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/rollwal/rollwal/internal/etcdclient"
+	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/server"
+	"github.com/rollwal/rollwal/shardmeta"
+)
+
+// passwordEnv holds the etcd password when the configuration does not, so
+// that it need not be written into a file or onto a command line.
+const passwordEnv = "ROLLWAL_ETCD_PASSWORD"
+
+// Config is the writer's configuration file: the settings of `writer
+// serve`, of which merge, inspect, wal and snapshot share data_dir, table
+// and etcd. Each command starts from defaultConfig, applies the file given
+// with --config, then the flags set on its command line.
+type Config struct {
+	DataDir         string            `yaml:"data_dir"`
+	Listen          string            `yaml:"listen"`
+	AdminListen     string            `yaml:"admin_listen"`
+	Table           string            `yaml:"table"`
+	Shards          []string          `yaml:"shards"`
+	FlushBytes      int64             `yaml:"flush_bytes"`
+	FlushAge        time.Duration     `yaml:"flush_age"`
+	LeaseTTL        time.Duration     `yaml:"lease_ttl"`
+	MaxBodyBytes    int64             `yaml:"max_body_bytes"`
+	ShutdownTimeout time.Duration     `yaml:"shutdown_timeout"`
+	UnreadyDelay    time.Duration     `yaml:"unready_delay"`
+	LogLevel        string            `yaml:"log_level"`
+	Etcd            etcdclient.Config `yaml:"etcd"`
+}
+
+func defaultConfig() Config {
+	c := Config{
+		DataDir: "./data", Listen: "127.0.0.1:8080", Table: "rollouts", Shards: []string{"default"},
+		FlushBytes: 64 << 20, FlushAge: 30 * time.Second, LeaseTTL: 5 * time.Second,
+		MaxBodyBytes: server.DefaultMaxBodyBytes, ShutdownTimeout: 30 * time.Second, LogLevel: "info",
+	}
+	c.Etcd.EnsureDefaults()
+	return c
+}
+
+// setting binds a configuration key to the flag that overrides it.
+type setting struct {
+	key, flag string
+	copy      func(dst, src *Config)
+}
+
+var settings = []setting{
+	{"data_dir", "data-dir", func(d, s *Config) { d.DataDir = s.DataDir }},
+	{"listen", "listen", func(d, s *Config) { d.Listen = s.Listen }},
+	{"admin_listen", "admin-listen", func(d, s *Config) { d.AdminListen = s.AdminListen }},
+	{"table", "table", func(d, s *Config) { d.Table = s.Table }},
+	{"shards", "shards", func(d, s *Config) { d.Shards = s.Shards }},
+	{"flush_bytes", "flush-bytes", func(d, s *Config) { d.FlushBytes = s.FlushBytes }},
+	{"flush_age", "flush-age", func(d, s *Config) { d.FlushAge = s.FlushAge }},
+	{"lease_ttl", "lease-ttl", func(d, s *Config) { d.LeaseTTL = s.LeaseTTL }},
+	{"max_body_bytes", "max-body-bytes", func(d, s *Config) { d.MaxBodyBytes = s.MaxBodyBytes }},
+	{"shutdown_timeout", "shutdown-timeout", func(d, s *Config) { d.ShutdownTimeout = s.ShutdownTimeout }},
+	{"unready_delay", "unready-delay", func(d, s *Config) { d.UnreadyDelay = s.UnreadyDelay }},
+	{"log_level", "log-level", func(d, s *Config) { d.LogLevel = s.LogLevel }},
+	{"etcd.endpoints", "etcd-endpoints", func(d, s *Config) { d.Etcd.Endpoints = s.Etcd.Endpoints }},
+	{"etcd.dial_timeout", "etcd-dial-timeout", func(d, s *Config) { d.Etcd.DialTimeout = s.Etcd.DialTimeout }},
+	{"etcd.request_timeout", "etcd-request-timeout", func(d, s *Config) { d.Etcd.RequestTimeout = s.Etcd.RequestTimeout }},
+	{"etcd.username", "etcd-username", func(d, s *Config) { d.Etcd.Username = s.Etcd.Username }},
+	{"etcd.tls.ca_file", "etcd-ca-file", func(d, s *Config) { d.Etcd.TLS.CAFile = s.Etcd.TLS.CAFile }},
+	{"etcd.tls.cert_file", "etcd-cert-file", func(d, s *Config) { d.Etcd.TLS.CertFile = s.Etcd.TLS.CertFile }},
+	{"etcd.tls.key_file", "etcd-key-file", func(d, s *Config) { d.Etcd.TLS.KeyFile = s.Etcd.TLS.KeyFile }},
+}
+
+func addConfigFlag(f *pflag.FlagSet, path *string) {
+	f.StringVar(path, "config", "", "YAML configuration file; flags set on the command line override it")
+}
+
+// resolveConfig returns defaults ← the file at path (if any) ← the flags of
+// f that were set on the command line, whose values flagged holds. A bad
+// value is named by the flag or by the file's key it came from.
+func resolveConfig(f *pflag.FlagSet, path string, flagged Config) (Config, error) {
+	cfg := defaultConfig()
+	if path != "" {
+		if err := loadConfigFile(vfs.Default, path, &cfg); err != nil {
+			return cfg, err
+		}
+	}
+	changed := map[string]string{} // key → flag
+	for _, s := range settings {
+		if fl := f.Lookup(s.flag); fl != nil && fl.Changed {
+			s.copy(&cfg, &flagged)
+			changed[s.key] = "--" + s.flag
+		}
+	}
+	if cfg.Etcd.Password == "" && cfg.Etcd.Username != "" {
+		cfg.Etcd.Password = os.Getenv(passwordEnv)
+	}
+	err := cfg.Validate()
+	var ce *configError
+	switch {
+	case errors.As(err, &ce) && changed[ce.key] != "":
+		ce.key = changed[ce.key]
+	case err != nil && path != "":
+		err = fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, err
+}
+
+// loadConfigFile decodes the file at path over cfg, strictly: an unknown
+// key, a second document or a value of the wrong type is an error.
+func loadConfigFile(fsys vfs.FS, path string, cfg *Config) error {
+	data, err := readAll(fsys, path)
+	if err != nil {
+		return fmt.Errorf("--config: %w", err)
+	}
+	data, err = expandEnv(data, os.LookupEnv)
+	if err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("config %s: %w", path, explainYAML(err))
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("config %s: more than one YAML document; put every setting in the first", path)
+	}
+	return nil
+}
+
+func readAll(fsys vfs.FS, path string) ([]byte, error) {
+	f, err := fsys.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
+var (
+	envRef       = regexp.MustCompile(`\$\{([^}\n]*)\}`)
+	envName      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	unknownField = regexp.MustCompile(`field (\S+) not found in type (\S+)`)
+)
+
+// expandEnv replaces every ${NAME} with the variable's value, except on
+// comment lines, so that a commented-out setting cannot fail the load. An
+// unset variable is an error: an empty password or endpoint from a typo
+// would fail later and far less clearly.
+func expandEnv(data []byte, lookup func(string) (string, bool)) ([]byte, error) {
+	var out bytes.Buffer
+	var errs []error
+	for i, line := range bytes.SplitAfter(data, []byte("\n")) {
+		if bytes.HasPrefix(bytes.TrimSpace(line), []byte("#")) {
+			out.Write(line)
+			continue
+		}
+		out.Write(envRef.ReplaceAllFunc(line, func(m []byte) []byte {
+			name := string(m[2 : len(m)-1])
+			v, ok := lookup(name)
+			switch {
+			case !envName.MatchString(name):
+				errs = append(errs, fmt.Errorf("line %d: %s is not a variable reference: want ${NAME}", i+1, m))
+			case !ok:
+				errs = append(errs, fmt.Errorf("line %d: environment variable %s is not set", i+1, name))
+			default:
+				return []byte(v)
+			}
+			return m
+		}))
+	}
+	return out.Bytes(), errors.Join(errs...)
+}
+
+// sections names the YAML section of each configuration type, for errors.
+var sections = map[string]string{
+	"main.Config": "", "etcdclient.Config": "etcd", "etcdclient.TLSConfig": "etcd.tls",
+}
+
+// explainYAML rewrites the decoder's messages in the file's terms: unknown
+// keys by name and section, and how to spell a duration.
+func explainYAML(err error) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return err
+	}
+	msgs := make([]string, len(te.Errors))
+	for i, m := range te.Errors {
+		if sm := unknownField.FindStringSubmatch(m); sm != nil {
+			where := ""
+			if s := sections[sm[2]]; s != "" {
+				where = " in section " + s
+			}
+			m = strings.Replace(m, sm[0], fmt.Sprintf("unknown key %q%s", sm[1], where), 1)
+		}
+		if strings.Contains(m, "time.Duration") {
+			m += ` (durations are strings such as "500ms", "30s" or "5m")`
+		}
+		msgs[i] = m
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}
+
+// configError names a configuration key, its value and what is wrong.
+type configError struct {
+	key, value, reason string
+}
+
+func (e *configError) Error() string { return fmt.Sprintf("%s %s: %s", e.key, e.value, e.reason) }
+
+func badValue(key string, value any, format string, args ...any) error {
+	v := fmt.Sprint(value)
+	if s, ok := value.(string); ok {
+		v = strconv.Quote(s)
+	}
+	return &configError{key: key, value: v, reason: fmt.Sprintf(format, args...)}
+}
+
+// Validate reports the first unusable setting, naming its key and value.
+func (c *Config) Validate() error {
+	for _, check := range []func() error{c.validatePlaces, c.validateShards, c.validateSizes, c.validateEtcd} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Config) validatePlaces() error {
+	switch {
+	case c.DataDir == "":
+		return badValue("data_dir", c.DataDir, "must not be empty")
+	case shardmeta.Keys{Prefix: "rollwal", Table: c.Table}.Validate() != nil:
+		return badValue("table", c.Table, "%v", shardmeta.Keys{Prefix: "rollwal", Table: c.Table}.Validate())
+	}
+	if err := checkAddress(c.Listen); err != nil {
+		return badValue("listen", c.Listen, "%v", err)
+	}
+	if c.AdminListen == "" {
+		return nil
+	}
+	if err := checkAddress(c.AdminListen); err != nil {
+		return badValue("admin_listen", c.AdminListen, "%v", err)
+	}
+	if c.AdminListen == c.Listen && !strings.HasSuffix(c.Listen, ":0") {
+		return badValue("admin_listen", c.AdminListen, "is also listen: pprof must not be served where producers connect")
+	}
+	return nil
+}
+
+// checkAddress accepts host:port with a numeric port (0 picks a free one).
+func checkAddress(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("want host:port: %w", err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port %q is not a number in 0-65535", port)
+	}
+	return nil
+}
+
+func (c *Config) validateShards() error {
+	if len(c.Shards) == 0 {
+		return badValue("shards", "[]", "need at least one shard")
+	}
+	seen := map[string]bool{}
+	for _, s := range c.Shards {
+		if err := shardmeta.ValidateShard(s); err != nil {
+			return badValue("shards", c.Shards, "%v", err)
+		}
+		if seen[s] {
+			return badValue("shards", c.Shards, "%q named twice", s)
+		}
+		seen[s] = true
+	}
+	return nil
+}
+
+func (c *Config) validateSizes() error {
+	var level slog.Level
+	switch {
+	case c.FlushBytes <= 0:
+		return badValue("flush_bytes", c.FlushBytes, "must be positive")
+	case c.FlushAge == 0:
+		return badValue("flush_age", c.FlushAge, "use a positive age, or a negative one to disable age-based flushes")
+	case c.LeaseTTL < time.Second:
+		return badValue("lease_ttl", c.LeaseTTL, "must be at least 1s")
+	case c.MaxBodyBytes <= 0:
+		return badValue("max_body_bytes", c.MaxBodyBytes, "must be positive")
+	case c.ShutdownTimeout <= 0:
+		return badValue("shutdown_timeout", c.ShutdownTimeout, "must be positive")
+	case c.UnreadyDelay < 0:
+		return badValue("unready_delay", c.UnreadyDelay, "must not be negative")
+	case level.UnmarshalText([]byte(c.LogLevel)) != nil:
+		return badValue("log_level", c.LogLevel, "want debug, info, warn or error")
+	}
+	return nil
+}
+
+// validateEtcd checks an external cluster's settings in full (TLS files
+// included), and that none is set for the embedded etcd, which would
+// silently ignore them.
+func (c *Config) validateEtcd() error {
+	e := c.Etcd
+	if len(e.Endpoints) > 0 {
+		if err := e.Validate(); err != nil {
+			return fmt.Errorf("etcd: %w", err)
+		}
+		return nil
+	}
+	for _, f := range []struct{ key, v string }{{"etcd.tls.ca_file", e.TLS.CAFile}, {"etcd.tls.cert_file", e.TLS.CertFile},
+		{"etcd.tls.key_file", e.TLS.KeyFile}, {"etcd.tls.server_name", e.TLS.ServerName}} {
+		if f.v != "" {
+			return badValue(f.key, f.v, "is set but etcd.endpoints is empty: the embedded etcd takes no TLS")
+		}
+	}
+	switch {
+	case e.TLS.InsecureSkipVerify:
+		return badValue("etcd.tls.insecure_skip_verify", true, "is set but etcd.endpoints is empty: the embedded etcd takes no TLS")
+	case e.Username != "":
+		return badValue("etcd.username", e.Username, "is set but etcd.endpoints is empty: the embedded etcd takes no user")
+	case e.DialTimeout < 0:
+		return badValue("etcd.dial_timeout", e.DialTimeout, "must not be negative")
+	case e.RequestTimeout < 0:
+		return badValue("etcd.request_timeout", e.RequestTimeout, "must not be negative")
+	}
+	return nil
+}
+
+// redacted returns c with the etcd password hidden, for printing.
+func (c Config) redacted() Config {
+	if c.Etcd.Password != "" {
+		c.Etcd.Password = "REDACTED"
+	}
+	return c
+}
+
+// newConfig groups the configuration commands.
+func newConfig() *cobra.Command {
+	cmd := &cobra.Command{Use: "config", Short: "Check the configuration file"}
+	var path string
+	check := &cobra.Command{
+		Use:   "check",
+		Short: "Validate the configuration (defaults ← --config file) and print the effective settings, password redacted",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := resolveConfig(cmd.Flags(), path, Config{})
+			if err != nil {
+				return err
+			}
+			enc := yaml.NewEncoder(cmd.OutOrStdout())
+			enc.SetIndent(2)
+			return errors.Join(enc.Encode(cfg.redacted()), enc.Close())
+		},
+	}
+	addConfigFlag(check.Flags(), &path)
+	cmd.AddCommand(check)
+	return cmd
+}
+
+// storeOptions are the settings of the commands that work on a data dir
+// and its metadata without serving: merge, inspect, wal and snapshot get.
+type storeOptions struct {
+	configFile string
+	dataDir    string
+	table      string
+	etcd       etcdclient.Config
+}
+
+// addDataFlags binds --config, --data-dir and --table.
+func addDataFlags(f *pflag.FlagSet, o *storeOptions) {
+	def := defaultConfig()
+	addConfigFlag(f, &o.configFile)
+	f.StringVar(&o.dataDir, "data-dir", def.DataDir, "data directory")
+	f.StringVar(&o.table, "table", def.Table, "table name")
+}
+
+// addStoreFlags binds the data flags and those of etcd.
+func addStoreFlags(f *pflag.FlagSet, o *storeOptions) {
+	addDataFlags(f, o)
+	addEtcdFlags(f, &o.etcd)
+}
+
+// resolve applies the configuration file under the flags set.
+func (o *storeOptions) resolve(f *pflag.FlagSet) error {
+	cfg, err := resolveConfig(f, o.configFile, Config{DataDir: o.dataDir, Table: o.table, Etcd: o.etcd})
+	if err != nil {
+		return err
+	}
+	o.dataDir, o.table, o.etcd = cfg.DataDir, cfg.Table, cfg.Etcd
+	return nil
+}
+
+// config is the serve options as a Config, for resolveConfig.
+func (o *serveOptions) config() Config {
+	return Config{DataDir: o.dataDir, Listen: o.listen, AdminListen: o.adminListen, Table: o.table,
+		Shards: o.shards, FlushBytes: o.flushBytes, FlushAge: o.flushAge, LeaseTTL: o.leaseTTL,
+		MaxBodyBytes: o.maxBodyBytes, ShutdownTimeout: o.shutdownTimeout, UnreadyDelay: o.unreadyDelay, LogLevel: o.logLevel, Etcd: o.etcd}
+}
+
+// resolve applies the configuration file under the flags set.
+func (o *serveOptions) resolve(f *pflag.FlagSet) error {
+	c, err := resolveConfig(f, o.configFile, o.config())
+	if err != nil {
+		return err
+	}
+	o.dataDir, o.listen, o.adminListen, o.table, o.shards = c.DataDir, c.Listen, c.AdminListen, c.Table, c.Shards
+	o.flushBytes, o.flushAge, o.leaseTTL = c.FlushBytes, c.FlushAge, c.LeaseTTL
+	o.maxBodyBytes, o.shutdownTimeout, o.unreadyDelay, o.logLevel, o.etcd = c.MaxBodyBytes, c.ShutdownTimeout, c.UnreadyDelay, c.LogLevel, c.Etcd
+	return nil
+}

@@ -1,0 +1,425 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/shardmeta"
+	"github.com/rollwal/rollwal/wal"
+)
+
+type walOptions struct {
+	storeOptions
+	shard    string
+	output   string
+	logLevel string
+	rows     bool // dump: print the decoded rows
+	yes      bool // repair: do it
+}
+
+// newWAL groups the offline commands over one shard's WAL directory. They
+// read files only (no etcd); repair is the one that writes.
+func newWAL() *cobra.Command {
+	o := &walOptions{}
+	cmd := &cobra.Command{
+		Use:   "wal",
+		Short: "Verify, dump or repair a shard's write-ahead log (files only; stop the shard's writer first)",
+	}
+	pf := cmd.PersistentFlags()
+	addDataFlags(pf, &o.storeOptions)
+	pf.StringVar(&o.shard, "shard", "", "shard whose WAL to read (required)")
+	pf.StringVarP(&o.output, "output", "o", "table", "output: table or json")
+	pf.StringVar(&o.logLevel, "log-level", defaultConfig().LogLevel, "log level of the progress lines on stderr")
+	verify := o.command("verify", "Check every segment; exit non-zero at the first damage, naming its segment and offset", o.verify)
+	dump := o.command("dump", "Print every record (position, epoch, rows, bytes); -o json prints one object a line", o.dump)
+	dump.Flags().BoolVar(&o.rows, "rows", false, "print each record's rows, decoded with the table's schema")
+	repair := o.command("repair", "Truncate a torn tail at the end of an epoch's last segment (shows what it cuts; needs --yes)", o.repair)
+	repair.Flags().BoolVar(&o.yes, "yes", false, "truncate; without it repair only shows what it would cut")
+	cmd.AddCommand(verify, dump, repair)
+	return cmd
+}
+
+func (o *walOptions) command(use, short string, fn func(out io.Writer, log *slog.Logger) error) *cobra.Command {
+	return &cobra.Command{Use: use, Short: short, Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.prepare(cmd); err != nil {
+				return err
+			}
+			var level slog.Level
+			_ = level.UnmarshalText([]byte(o.logLevel)) // resolve validated it
+			return fn(cmd.OutOrStdout(), newLogger(level))
+		}}
+}
+
+func (o *walOptions) prepare(cmd *cobra.Command) error {
+	if err := checkOutput(o.output, "table", "json"); err != nil {
+		return err
+	}
+	if o.shard == "" {
+		return errors.New("--shard: required")
+	}
+	if err := shardmeta.ValidateShard(o.shard); err != nil {
+		return fmt.Errorf("--shard: %w", err)
+	}
+	cfg, err := resolveConfig(cmd.Flags(), o.configFile, Config{DataDir: o.dataDir, Table: o.table, LogLevel: o.logLevel})
+	if err != nil {
+		return err
+	}
+	o.dataDir, o.table, o.logLevel = cfg.DataDir, cfg.Table, cfg.LogLevel
+	if _, err := vfs.Default.Stat(o.dir()); err != nil {
+		return fmt.Errorf("shard %s has no WAL: %w", o.shard, err)
+	}
+	return nil
+}
+
+// dir is the shard's WAL directory, as the engine lays it out.
+func (o *walOptions) dir() string {
+	return filepath.Join(o.dataDir, o.table, "shards", o.shard, "wal")
+}
+
+// scan reads the whole WAL, decoding every payload with the table's
+// schema: bytes that pass their CRC but do not decode would fail the
+// engine's replay, so they are corruption too.
+func (o *walOptions) scan(log *slog.Logger, each func(wal.Record, *schema.Batch) error) (wal.ScanReport, error) {
+	sch := schema.Rollout()
+	return wal.Scan(wal.ScanOptions{Dir: o.dir(), Payloads: true, Segment: scanProgress(log, o.dir()),
+		Record: func(r wal.Record) error {
+			b, err := sch.Decode(r.Payload)
+			if err == nil && b.Len() != int(r.Count) {
+				err = fmt.Errorf("%d rows, the header says %d", b.Len(), r.Count)
+			}
+			if err != nil {
+				return &wal.CorruptionError{Segment: r.Segment, Offset: r.Offset,
+					Err: fmt.Errorf("payload is not a batch of the table's schema: %w", err)}
+			}
+			if each == nil {
+				return nil
+			}
+			return each(r, b)
+		}})
+}
+
+// scanProgress reports a scan segment by segment: a log line each, and a
+// bar over the bytes when stderr is a terminal.
+func scanProgress(log *slog.Logger, dir string) func(n, total int, s wal.SegmentInfo) {
+	var bar *progressbar.ProgressBar
+	if term.IsTerminal(int(os.Stderr.Fd())) {
+		bar = progressbar.NewOptions64(dirBytes(dir), progressbar.OptionSetWriter(os.Stderr),
+			progressbar.OptionShowBytes(true), progressbar.OptionSetDescription("wal"), progressbar.OptionClearOnFinish())
+	}
+	return func(n, total int, s wal.SegmentInfo) {
+		log.Info("wal: segment read", "progress", fmt.Sprintf("%d/%d", n, total), "segment", s.Name,
+			"bytes", s.Size, "records", s.Records)
+		if bar != nil {
+			_ = bar.Add64(s.Size)
+		}
+	}
+}
+
+// dirBytes sums the sizes of a directory's files, the bar's total.
+func dirBytes(dir string) int64 {
+	names, _ := vfs.Default.List(dir)
+	var n int64
+	for _, name := range names {
+		if st, err := vfs.Default.Stat(filepath.Join(dir, name)); err == nil {
+			n += st.Size()
+		}
+	}
+	return n
+}
+
+// verifyReport is `wal verify -o json`.
+type verifyReport struct {
+	Dir        string          `json:"dir"`
+	OK         bool            `json:"ok"`
+	Records    int             `json:"records"`
+	Bytes      int64           `json:"bytes"`
+	Segments   []segmentReport `json:"segments"`
+	Tails      []tailReport    `json:"tails"`
+	Corruption *damageReport   `json:"corruption,omitempty"`
+}
+
+type segmentReport struct {
+	Name     string `json:"name"`
+	Epoch    uint64 `json:"epoch"`
+	Records  int    `json:"records"`
+	FirstPos uint64 `json:"first_pos"`
+	LastPos  uint64 `json:"last_pos"`
+	Bytes    int64  `json:"bytes"`
+}
+
+type tailReport struct {
+	Segment string `json:"segment"`
+	Offset  int64  `json:"offset"`
+	Bytes   int64  `json:"bytes"`
+	Hole    bool   `json:"hole"`
+	Reason  string `json:"reason"`
+}
+
+type damageReport struct {
+	Segment string `json:"segment"`
+	Offset  int64  `json:"offset"`
+	Error   string `json:"error"`
+}
+
+func (o *walOptions) verify(out io.Writer, log *slog.Logger) error {
+	rep, scanErr := o.scan(log, nil)
+	var ce *wal.CorruptionError
+	if scanErr != nil && !errors.As(scanErr, &ce) {
+		return scanErr
+	}
+	vr := verifyReport{Dir: o.dir(), Records: rep.Records, Bytes: rep.Bytes, Segments: []segmentReport{}, Tails: []tailReport{}}
+	for _, s := range rep.Segments {
+		vr.Segments = append(vr.Segments, segmentReport{s.Name, s.Epoch, s.Records, s.FirstPos, s.LastPos, s.Size})
+	}
+	for _, t := range rep.Tails {
+		vr.Tails = append(vr.Tails, tailReport{t.Segment, t.Offset, t.Bytes, t.Hole, t.Reason.Error()})
+	}
+	if ce != nil {
+		vr.Corruption = &damageReport{ce.Segment, ce.Offset, ce.Error()}
+	}
+	vr.OK = ce == nil && len(rep.Tails) == 0
+	var err error
+	if o.output == "json" {
+		err = json.NewEncoder(out).Encode(vr)
+	} else {
+		err = printVerify(out, vr)
+	}
+	return errors.Join(err, o.verdict(rep, ce))
+}
+
+// verdict is verify's error: the first damage, and what repair can do.
+func (o *walOptions) verdict(rep wal.ScanReport, ce *wal.CorruptionError) error {
+	if ce != nil {
+		return fmt.Errorf("shard %s: %w (damage before the end of an epoch's last segment: `wal repair` will not cut it)", o.shard, ce)
+	}
+	if len(rep.Tails) == 0 {
+		return nil
+	}
+	t := rep.Tails[0]
+	return fmt.Errorf("shard %s: %s at offset %d of segment %s (%d bytes after the last whole record: %v); %d damaged tail(s) in all: `writer wal repair --shard %s --yes` cuts them",
+		o.shard, tailKind(t), t.Offset, t.Segment, t.Bytes, t.Reason, len(rep.Tails), o.shard)
+}
+
+func tailKind(t wal.Tail) string {
+	if t.Hole {
+		return "a hole of zeros with records after it"
+	}
+	return "a torn tail"
+}
+
+func printVerify(out io.Writer, vr verifyReport) error {
+	status := map[string]string{}
+	for _, t := range vr.Tails {
+		status[t.Segment] = fmt.Sprintf("damaged tail at offset %d: %d bytes", t.Offset, t.Bytes)
+	}
+	if vr.Corruption != nil {
+		status[vr.Corruption.Segment] = fmt.Sprintf("CORRUPT at offset %d", vr.Corruption.Offset)
+	}
+	tw := tabwriter.NewWriter(out, 2, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEGMENT\tEPOCH\tRECORDS\tPOSITIONS\tBYTES\tSTATUS")
+	for _, s := range vr.Segments {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%s\n", s.Name, s.Epoch, s.Records, positions(s.FirstPos, s.LastPos),
+			s.Bytes, orDefault(status[s.Name], "ok"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	verdict := "ok"
+	if !vr.OK {
+		verdict = "DAMAGED"
+	}
+	_, err := fmt.Fprintf(out, "%s: %d segments, %d records, %d bytes of records: %s\n",
+		vr.Dir, len(vr.Segments), vr.Records, vr.Bytes, verdict)
+	return err
+}
+
+func positions(first, last uint64) string {
+	if first == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d-%d", first, last)
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// dumpRecord is one line of `wal dump -o json`.
+type dumpRecord struct {
+	Segment     string           `json:"segment"`
+	Offset      int64            `json:"offset"`
+	Epoch       uint64           `json:"epoch"`
+	Generation  uint64           `json:"generation"`
+	FirstPos    uint64           `json:"first_pos"`
+	LastPos     uint64           `json:"last_pos"`
+	Rows        uint32           `json:"rows"`
+	Bytes       int64            `json:"bytes"`
+	RawBytes    int64            `json:"raw_bytes"`
+	Compression string           `json:"compression"`
+	Data        []map[string]any `json:"data,omitempty"`
+}
+
+func (o *walOptions) dump(out io.Writer, log *slog.Logger) error {
+	sch := schema.Rollout()
+	var tw *tabwriter.Writer
+	if o.output == "table" && !o.rows {
+		tw = tabwriter.NewWriter(out, 2, 8, 2, ' ', 0)
+		fmt.Fprintln(tw, "SEGMENT\tOFFSET\tEPOCH\tGENERATION\tPOSITIONS\tROWS\tBYTES\tRAW_BYTES\tCODEC")
+	}
+	rep, err := o.scan(log, func(r wal.Record, b *schema.Batch) error {
+		d := dumpRecord{Segment: r.Segment, Offset: r.Offset, Epoch: r.Epoch, Generation: r.Generation,
+			FirstPos: r.FirstPos, LastPos: r.FirstPos + uint64(r.Count) - 1, Rows: r.Count,
+			Bytes: r.Size, RawBytes: r.RawSize, Compression: r.Compression.String()}
+		if o.rows {
+			d.Data = rowsOf(sch, b, r)
+		}
+		return o.printRecord(out, tw, d)
+	})
+	if tw != nil {
+		err = errors.Join(err, tw.Flush())
+	}
+	for _, t := range rep.Tails {
+		log.Warn("wal: damaged tail not dumped", "segment", t.Segment, "offset", t.Offset, "bytes", t.Bytes, "reason", t.Reason)
+	}
+	if err != nil {
+		return fmt.Errorf("shard %s: %w", o.shard, err)
+	}
+	return nil
+}
+
+func (o *walOptions) printRecord(out io.Writer, tw *tabwriter.Writer, d dumpRecord) error {
+	switch {
+	case o.output == "json":
+		return json.NewEncoder(out).Encode(d)
+	case tw != nil:
+		_, err := fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%s\n", d.Segment, d.Offset, d.Epoch, d.Generation,
+			positions(d.FirstPos, d.LastPos), d.Rows, d.Bytes, d.RawBytes, d.Compression)
+		return err
+	}
+	fmt.Fprintf(out, "# %s offset %d: epoch %d, generation %d, positions %d-%d, %d rows, %d bytes (%s)\n",
+		d.Segment, d.Offset, d.Epoch, d.Generation, d.FirstPos, d.LastPos, d.Rows, d.Bytes, d.Compression)
+	enc := json.NewEncoder(out)
+	for _, row := range d.Data {
+		if err := enc.Encode(row); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rowsOf returns a record's rows with their system columns, as a
+// generation file would hold them.
+func rowsOf(sch *schema.Schema, b *schema.Batch, r wal.Record) []map[string]any {
+	rows := make([]map[string]any, b.Len())
+	for i := range rows {
+		row := map[string]any{"id": b.IDs[i], "_seq": r.FirstPos + uint64(i), "_epoch": r.Epoch}
+		for c, col := range sch.Columns {
+			row[col.Name] = b.Value(c, i)
+		}
+		rows[i] = row
+	}
+	return rows
+}
+
+func (o *walOptions) repair(out io.Writer, log *slog.Logger) error {
+	rep, err := o.scan(log, nil)
+	if err != nil {
+		return fmt.Errorf("refusing to repair shard %s: %w; only a torn tail at the end of an epoch's last segment can be cut, and this damage comes before one", o.shard, err)
+	}
+	if len(rep.Tails) == 0 {
+		_, err := fmt.Fprintf(out, "nothing to repair: %d segments, %d records, no damaged tail\n", len(rep.Segments), rep.Records)
+		return err
+	}
+	if err := o.showCuts(out, rep.Tails); err != nil {
+		return err
+	}
+	if !o.yes {
+		return errors.New("nothing changed: run again with --yes to truncate")
+	}
+	if err := checkNoWriter(o.dataDir); err != nil {
+		return err
+	}
+	return o.cut(out, log, rep.Tails)
+}
+
+// showCuts prints what repair would cut, or refuses a hole: whole records
+// follow it, and cutting would drop them.
+func (o *walOptions) showCuts(out io.Writer, tails []wal.Tail) error {
+	for _, t := range tails {
+		if t.Hole {
+			return fmt.Errorf("refusing to repair shard %s: segment %s has a hole of zeros at offset %d and whole records after it (%v); cutting would drop them",
+				o.shard, t.Segment, t.Offset, t.Reason)
+		}
+		fmt.Fprintf(out, "cut %s at offset %d: %d bytes after the last whole record (%v)\n",
+			filepath.Join(o.dir(), t.Segment), t.Offset, t.Bytes, t.Reason)
+	}
+	return nil
+}
+
+func (o *walOptions) cut(out io.Writer, log *slog.Logger, tails []wal.Tail) error {
+	for _, t := range tails {
+		if err := truncateSegment(filepath.Join(o.dir(), t.Segment), t.Offset); err != nil {
+			return err
+		}
+		log.Warn("wal: repair truncated a torn tail", "shard", o.shard, "segment", t.Segment, "offset", t.Offset,
+			"dropped_bytes", t.Bytes, "reason", t.Reason)
+		fmt.Fprintf(out, "truncated %s to %d bytes\n", t.Segment, t.Offset)
+	}
+	return nil
+}
+
+// truncateSegment cuts a segment to size and syncs it, so that the cut
+// survives a crash as the WAL's own repair does.
+func truncateSegment(path string, size int64) error {
+	f, err := vfs.Default.OpenReadWrite(path)
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(size)
+	if err == nil {
+		err = f.Sync()
+	}
+	if err = errors.Join(err, f.Close()); err != nil {
+		return fmt.Errorf("truncate %s: %w", path, err)
+	}
+	return nil
+}
+
+// checkNoWriter refuses when a serve on the data dir answers at the etcd
+// endpoint it recorded: its writer may be appending to the segment. A file
+// whose endpoint does not answer is the leftover of a killed process.
+func checkNoWriter(dataDir string) error {
+	for _, ep := range runningEndpoints(dataDir) {
+		host := ep
+		if u, err := url.Parse(ep); err == nil && u.Host != "" {
+			host = u.Host
+		}
+		conn, err := net.DialTimeout("tcp", host, time.Second)
+		if err != nil {
+			continue
+		}
+		conn.Close()
+		return fmt.Errorf("refusing to repair: a writer process runs on data dir %s (its etcd answers at %s, recorded in %s); stop it first",
+			dataDir, ep, endpointFile(dataDir))
+	}
+	return nil
+}

@@ -1,0 +1,373 @@
+package server
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	flatbuffers "github.com/google/flatbuffers/go"
+
+	"github.com/rollwal/rollwal/engine"
+)
+
+// col is one column of a record batch; a nil value is null.
+type col struct {
+	name string
+	typ  arrow.DataType
+	vals []any
+}
+
+// arrowStream encodes record batches that share their columns' names and
+// types as one IPC stream.
+func arrowStream(t testing.TB, batches ...[]col) []byte {
+	t.Helper()
+	var fields []arrow.Field
+	for _, c := range batches[0] {
+		fields = append(fields, arrow.Field{Name: c.name, Type: c.typ, Nullable: true})
+	}
+	sc := arrow.NewSchema(fields, nil)
+	var buf bytes.Buffer
+	w := ipc.NewWriter(&buf, ipc.WithSchema(sc))
+	for _, cols := range batches {
+		rec := record(t, sc, cols)
+		if err := w.Write(rec); err != nil {
+			t.Fatal(err)
+		}
+		rec.Release()
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func record(t testing.TB, sc *arrow.Schema, cols []col) arrow.RecordBatch {
+	t.Helper()
+	var arrs []arrow.Array
+	for _, c := range cols {
+		b := array.NewBuilder(memory.DefaultAllocator, c.typ)
+		for _, v := range c.vals {
+			appendValue(t, b, v)
+		}
+		arrs = append(arrs, b.NewArray())
+		b.Release()
+	}
+	rec := array.NewRecordBatch(sc, arrs, int64(len(cols[0].vals)))
+	for _, a := range arrs {
+		a.Release()
+	}
+	return rec
+}
+
+func appendValue(t testing.TB, b array.Builder, v any) {
+	t.Helper()
+	if v == nil {
+		b.AppendNull()
+		return
+	}
+	switch b := b.(type) {
+	case *array.StringBuilder:
+		b.Append(v.(string))
+	case *array.LargeStringBuilder:
+		b.Append(v.(string))
+	case *array.Int64Builder:
+		b.Append(v.(int64))
+	case *array.Int32Builder:
+		b.Append(v.(int32))
+	case *array.Float64Builder:
+		b.Append(v.(float64))
+	case *array.BooleanBuilder:
+		b.Append(v.(bool))
+	case *array.BinaryBuilder:
+		b.Append(v.([]byte))
+	default:
+		t.Fatalf("test helper cannot build %T", b)
+	}
+}
+
+// rollouts are rows of the default schema, prompt as large_utf8 to show
+// that both string layouts are taken.
+func rollouts(ids ...string) []col {
+	cols := []col{
+		{name: "id", typ: arrow.BinaryTypes.String},
+		{name: "prompt", typ: arrow.BinaryTypes.LargeString},
+		{name: "completion", typ: arrow.BinaryTypes.String},
+		{name: "reward", typ: arrow.PrimitiveTypes.Float64},
+		{name: "metadata", typ: arrow.BinaryTypes.String},
+	}
+	for i, id := range ids {
+		var reward any = float64(i) / 2
+		if i == 1 {
+			reward = nil // nullable
+		}
+		for c, v := range []any{id, "p " + id, "c", reward, `{"k":1}`} {
+			cols[c].vals = append(cols[c].vals, v)
+		}
+	}
+	return cols
+}
+
+// with returns cols with the column of c's name replaced by c in place (so
+// that batches keep one schema), or c added last.
+func with(cols []col, c col) []col {
+	out := append([]col(nil), cols...)
+	for i, x := range out {
+		if x.name == c.name {
+			out[i] = c
+			return out
+		}
+	}
+	return append(out, c)
+}
+
+func without(cols []col, name string) []col {
+	out := []col{}
+	for _, x := range cols {
+		if x.name != name {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func (f *fixture) postArrow(t *testing.T, body []byte) (int, []byte) {
+	t.Helper()
+	code, _, b := f.do(t, http.MethodPost, "/v1/shards/s0/rows", ContentTypeArrow, string(body))
+	return code, b
+}
+
+func TestArrowIngest(t *testing.T) {
+	f := newFixture(t, 0)
+	f.srv.SetReady(true)
+	body := arrowStream(t, rollouts("a", "b", "c"), rollouts("d", "e"))
+	code, b := f.postArrow(t, body)
+	if code != http.StatusOK {
+		t.Fatalf("POST Arrow rows: %d %s", code, b)
+	}
+	res := decode[AppendResponse](t, b)
+	if res.Acked != 5 || res.Stored != 5 || res.LastSeq-res.FirstSeq != 4 {
+		t.Fatalf("Arrow POST answered %+v, want 5 rows stored over 5 positions", res)
+	}
+	if code, b = f.postArrow(t, body); code != http.StatusOK || decode[AppendResponse](t, b).Duplicates != 5 {
+		t.Fatalf("the same stream again answered %d %s, want 5 duplicates", code, b)
+	}
+	if code, b = f.post(t, "/v1/shards/s0/flush", ""); code != http.StatusOK {
+		t.Fatalf("flush: %d %s", code, b)
+	}
+	st := decode[engine.Status](t, f.get(t, "/v1/shards/s0"))
+	if len(st.Flushed) != 1 || st.Flushed[0].Rows != 5 {
+		t.Fatalf("status after flush: %+v, want one generation of 5 rows", st)
+	}
+}
+
+// TestArrowWidensAndNulls sends an int32 into the float64 reward column and
+// a null into a nullable one: both stored.
+func TestArrowWidensAndNulls(t *testing.T) {
+	f := newFixture(t, 0)
+	f.srv.SetReady(true)
+	cols := with(rollouts("a", "b"), col{name: "reward", typ: arrow.PrimitiveTypes.Int32, vals: []any{int32(3), nil}})
+	cols = with(cols, col{name: "metadata", typ: arrow.Null, vals: []any{nil, nil}})
+	if code, b := f.postArrow(t, arrowStream(t, cols)); code != http.StatusOK || decode[AppendResponse](t, b).Stored != 2 {
+		t.Fatalf("int32 reward and null metadata answered %d %s, want 2 rows stored", code, b)
+	}
+}
+
+func TestArrowBadInputNamesTheProblem(t *testing.T) {
+	f := newFixture(t, 0)
+	f.srv.SetReady(true)
+	before := f.walTail(t)
+	good := rollouts("a", "b")
+	badReward := with(rollouts("c", "d"), col{name: "reward", typ: arrow.BinaryTypes.String, vals: []any{"1", "high"}})
+	nullID := with(good, col{name: "id", typ: arrow.BinaryTypes.String, vals: []any{"x", nil}})
+	for _, tc := range []struct {
+		name, want string
+		body       []byte
+		batch, row int // -1: the answer names none
+		column     string
+	}{
+		{"wrong type", `want float64, got string`, arrowStream(t, badReward), 0, 0, "reward"},
+		{"missing id column", "no id column", arrowStream(t, without(good, "id")), -1, -1, ""},
+		{"unknown column", "unknown column", arrowStream(t, with(good, col{name: "colour", typ: arrow.BinaryTypes.String, vals: []any{"red", "blue"}})), 0, 0, "colour"},
+		{"null id", "id is null", arrowStream(t, good, nullID), 1, 1, "id"},
+		{"null in a non-nullable column", "non-nullable", arrowStream(t, with(good, col{name: "prompt", typ: arrow.BinaryTypes.String, vals: []any{"p", nil}})), 0, 1, "prompt"},
+		{"id of another type", "the id column has Arrow type int64", arrowStream(t, with(good, col{name: "id", typ: arrow.PrimitiveTypes.Int64, vals: []any{int64(1), int64(2)}})), -1, -1, "id"},
+		{"type not accepted", "Arrow type binary is not accepted", arrowStream(t, with(good, col{name: "completion", typ: arrow.BinaryTypes.Binary, vals: []any{[]byte("c"), []byte("d")}})), -1, -1, "completion"},
+		{"bad JSON text", "not valid JSON", arrowStream(t, good, with(rollouts("c", "d"), col{name: "metadata", typ: arrow.BinaryTypes.String, vals: []any{"{}", "{"}})), 1, 1, "metadata"},
+		{"garbage bytes", "not an Arrow IPC stream", []byte("this is not arrow at all\n"), -1, -1, ""},
+		{"truncated stream", "record batch 0", truncated(arrowStream(t, good)), 0, -1, ""},
+		{"two streams", "data after the end of the Arrow stream", append(arrowStream(t, good), arrowStream(t, good)...), -1, -1, ""},
+		{"no rows", "no rows", arrowStream(t, rollouts()), -1, -1, ""},
+	} {
+		code, b := f.postArrow(t, tc.body)
+		if code != http.StatusBadRequest {
+			t.Errorf("%s: answered %d %s, want 400", tc.name, code, b)
+			continue
+		}
+		e := decode[apiError](t, b)
+		if !strings.Contains(e.Error, tc.want) || e.Column != tc.column || !sameIndex(e.RecordBatch, tc.batch) || !sameIndex(e.Row, tc.row) {
+			t.Errorf("%s: answered %s, want %q at record batch %d, row %d, column %q", tc.name, b, tc.want, tc.batch, tc.row, tc.column)
+		}
+		if tc.row >= 0 && !strings.Contains(e.Error, fmt.Sprintf("record batch %d, row %d", tc.batch, tc.row)) {
+			t.Errorf("%s: message %q does not name record batch %d, row %d", tc.name, e.Error, tc.batch, tc.row)
+		}
+	}
+	if after := f.walTail(t); after != before {
+		t.Fatalf("WAL tail moved from %d to %d after rejected streams", before, after)
+	}
+}
+
+// truncated cuts into the last record batch's body, past the EOS marker.
+func truncated(stream []byte) []byte { return stream[:len(stream)-20] }
+
+func sameIndex(got *int, want int) bool {
+	if want < 0 {
+		return got == nil
+	}
+	return got != nil && *got == want
+}
+
+func TestArrowTooLarge(t *testing.T) {
+	f := newFixture(t, 4096)
+	f.srv.SetReady(true)
+	before := f.walTail(t)
+	ids := make([]string, 200)
+	for i := range ids {
+		ids[i] = fmt.Sprint("id-", i)
+	}
+	if code, b := f.postArrow(t, arrowStream(t, rollouts(ids...))); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("a stream over MaxBodyBytes answered %d %s, want 413", code, b)
+	}
+	// More rows than the engine's MaxBatchRows (1000), in a small body.
+	big := newFixture(t, 0)
+	big.srv.SetReady(true)
+	ids = make([]string, 1001)
+	for i := range ids {
+		ids[i] = fmt.Sprint(i)
+	}
+	if code, b := big.postArrow(t, arrowStream(t, rollouts(ids...))); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("1001 rows answered %d %s, want 413", code, b)
+	}
+	if after := f.walTail(t); after != before {
+		t.Fatalf("WAL tail moved from %d to %d after rejected streams", before, after)
+	}
+}
+
+// TestMaxRowsIs413 bounds rows while decoding, for both content types.
+func TestMaxRowsIs413(t *testing.T) {
+	f := newFixture(t, 0)
+	before := f.walTail(t)
+	srv := New(Options{Host: f.host, Shards: []string{"s0"}, MaxRows: 3})
+	srv.SetReady(true)
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	for _, tc := range []struct {
+		contentType string
+		body        []byte
+	}{
+		{ContentTypeNDJSON, []byte(ndjson("a", "b", "c", "d"))},
+		{ContentTypeArrow, arrowStream(t, rollouts("a", "b"), rollouts("c", "d"))},
+	} {
+		resp, err := ts.Client().Post(ts.URL+"/v1/shards/s0/rows", tc.contentType, bytes.NewReader(tc.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		buf.ReadFrom(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(buf.String(), "more than 3 rows") {
+			t.Errorf("%s: 4 rows with MaxRows 3 answered %d %s, want 413 naming the limit", tc.contentType, resp.StatusCode, buf.String())
+		}
+	}
+	if after := f.walTail(t); after != before {
+		t.Fatalf("WAL tail moved from %d to %d after rejected requests", before, after)
+	}
+}
+
+// TestArrowDecodeReleasesMemory checks that decoding returns every buffer to
+// the allocator and that rows do not alias them.
+func TestArrowDecodeReleasesMemory(t *testing.T) {
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	body := arrowStream(t, rollouts("a", "b"), rollouts("c"))
+	got, err := decodeArrow(bytes.NewReader(body), mem, 1<<20, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem.AssertSize(t, 0)
+	if len(got.rows) != 3 || got.rows[2]["id"] != "c" || got.rows[1]["reward"] != nil || got.rows[0]["reward"] != 0.0 {
+		t.Fatalf("decoded rows %v, want a, b, c with b's reward null", got.rows)
+	}
+	if fmt.Sprint(got.starts) != "[0 2]" {
+		t.Fatalf("record batch starts %v, want [0 2]", got.starts)
+	}
+}
+
+// TestArrowLyingLengths patches a good stream's metadata to claim huge
+// sizes: the decoder must refuse them before allocating anything of that
+// size (arrow-go alone makes the claimed slices and runs out of memory).
+func TestArrowLyingLengths(t *testing.T) {
+	good := arrowStream(t, rollouts("a", "b"))
+	meta := good[8 : 8+binary.LittleEndian.Uint32(good[4:8])] // the schema message
+	msg := flatbuffers.Table{Bytes: meta, Pos: flatbuffers.GetUOffsetT(meta)}
+	var sc flatbuffers.Table
+	msg.Union(&sc, flatbuffers.UOffsetT(msg.Offset(slotMessageHeader)))
+	fieldsLen := 8 + sc.Vector(flatbuffers.UOffsetT(sc.Offset(slotSchemaFields))) - 4
+
+	manyFields := bytes.Clone(good)
+	binary.LittleEndian.PutUint32(manyFields[fieldsLen:], 1<<31-1)
+	if _, err := decodeArrow(bytes.NewReader(manyFields), memory.DefaultAllocator, 1<<20, 100); err == nil || !strings.Contains(err.Error(), "claims a vector of 2147483647 entries") {
+		t.Fatalf("a schema claiming 2^31 fields: %v, want it refused for its claim", err)
+	}
+	hugeMeta := bytes.Clone(good)
+	binary.LittleEndian.PutUint32(hugeMeta[4:], 1<<31-1)
+	if _, err := decodeArrow(bytes.NewReader(hugeMeta), memory.DefaultAllocator, 1<<20, 100); !errors.Is(err, errMessageTooLarge) {
+		t.Fatalf("metadata claiming 2 GiB: %v, want errMessageTooLarge", err)
+	}
+}
+
+// TestArrowCompressedStreams reads body-compressed streams, and refuses
+// one whose decompressed buffers pass four times the body limit (a small
+// body can claim any decompressed size).
+func TestArrowCompressedStreams(t *testing.T) {
+	cols := rollouts("a", "b")
+	fields := []arrow.Field{}
+	for _, c := range cols {
+		fields = append(fields, arrow.Field{Name: c.name, Type: c.typ, Nullable: true})
+	}
+	sc := arrow.NewSchema(fields, nil)
+	encode := func(cols []col) []byte {
+		var buf bytes.Buffer
+		w := ipc.NewWriter(&buf, ipc.WithSchema(sc), ipc.WithZstd())
+		rec := record(t, sc, cols)
+		defer rec.Release()
+		if err := w.Write(rec); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	got, err := decodeArrow(bytes.NewReader(encode(cols)), mem, 64<<10, 100)
+	if err != nil || len(got.rows) != 2 || got.rows[1]["prompt"] != "p b" {
+		t.Fatalf("a zstd stream decoded to %v, %v; want rows a and b", got, err)
+	}
+	mem.AssertSize(t, 0) // decompressed buffers go back: the limit counts live bytes
+	long := strings.Repeat("a", 300<<10)
+	bomb := encode(with(cols, col{name: "prompt", typ: arrow.BinaryTypes.LargeString, vals: []any{long, long}}))
+	if len(bomb) > 64<<10 {
+		t.Fatalf("the compressed stream is %d bytes, want it under the 64 KiB body limit", len(bomb))
+	}
+	if _, err := decodeArrow(bytes.NewReader(bomb), memory.DefaultAllocator, 64<<10, 100); !errors.Is(err, errMessageTooLarge) {
+		t.Fatalf("600 KiB decompressed from a %d-byte body with a 64 KiB limit: %v, want errMessageTooLarge", len(bomb), err)
+	}
+}

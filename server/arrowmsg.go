@@ -1,0 +1,267 @@
+package server
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	flatbuffers "github.com/google/flatbuffers/go"
+)
+
+// arrow-go trusts the lengths inside IPC metadata: it makes slices of
+// the claimed number of fields or metadata entries before reading them, and
+// (in v18.8.0) ipc.NewReader drops the body and metadata size limits. A
+// request of a few bytes could so make the server allocate gigabytes, a
+// crash no recover catches. guardedReader frames the stream itself, reading
+// only bytes that arrived, and checks those lengths before arrow-go parses
+// a message.
+
+// errMessageTooLarge marks a message that claims more bytes than a request
+// may hold: the answer is 413, as for a body over the limit.
+var errMessageTooLarge = errors.New("message larger than the request body may be")
+
+// maxArrowEntries bounds the fields (nested ones included) and custom
+// metadata entries of one message.
+const maxArrowEntries = 4096
+
+// guardedReader is an ipc.MessageReader over an IPC stream.
+type guardedReader struct {
+	r     io.Reader
+	limit int64 // of one message's metadata and of its body
+	msg   *ipc.Message
+	refs  atomic.Int64
+}
+
+func newGuardedReader(r io.Reader, limit int64) *guardedReader {
+	g := &guardedReader{r: r, limit: limit}
+	g.refs.Add(1)
+	return g
+}
+
+func (g *guardedReader) Retain() { g.refs.Add(1) }
+
+func (g *guardedReader) Release() {
+	if g.refs.Add(-1) == 0 && g.msg != nil {
+		g.msg.Release()
+		g.msg = nil
+	}
+}
+
+// Message reads the next message; io.EOF at the end-of-stream marker or
+// at a clean end of the body.
+func (g *guardedReader) Message() (*ipc.Message, error) {
+	n, err := g.metadataLen()
+	if err != nil {
+		return nil, err
+	}
+	meta, err := g.read(int64(n), "message metadata")
+	if err != nil {
+		return nil, err
+	}
+	bodyLen, err := checkMetadata(meta)
+	if err != nil {
+		return nil, err
+	}
+	body, err := g.read(bodyLen, "message body")
+	if err != nil {
+		return nil, err
+	}
+	if g.msg != nil {
+		g.msg.Release()
+	}
+	g.msg = ipc.NewMessage(memory.NewBufferBytes(meta), memory.NewBufferBytes(body))
+	return g.msg, nil
+}
+
+// metadataLen reads a message's prefix: the continuation marker and the
+// metadata length. The pre-0.15 format without the marker (from 2019 and
+// before) is refused, so that a body that is no Arrow at all is named as
+// such rather than read as a huge length.
+func (g *guardedReader) metadataLen() (int32, error) {
+	var b [8]byte
+	if _, err := io.ReadFull(g.r, b[:4]); err != nil {
+		if err == io.EOF {
+			return 0, io.EOF
+		}
+		return 0, fmt.Errorf("reading a message prefix: %w", err)
+	}
+	switch binary.LittleEndian.Uint32(b[:4]) {
+	case 0: // the legacy end-of-stream marker
+		return 0, io.EOF
+	case 0xFFFFFFFF:
+	default:
+		return 0, fmt.Errorf("a message starts with % x, not the continuation marker ff ff ff ff", b[:4])
+	}
+	if _, err := io.ReadFull(g.r, b[4:]); err != nil {
+		return 0, fmt.Errorf("reading a message length: %w", noEOF(err))
+	}
+	n := int32(binary.LittleEndian.Uint32(b[4:]))
+	switch {
+	case n == 0:
+		return 0, io.EOF
+	case n < 8:
+		return 0, fmt.Errorf("message metadata length %d is below 8", n)
+	case int64(n) > g.limit:
+		return 0, fmt.Errorf("%w: metadata of %d bytes, the limit is %d", errMessageTooLarge, n, g.limit)
+	}
+	return n, nil
+}
+
+// read reads n bytes, growing with what arrives rather than with what the
+// stream claims.
+func (g *guardedReader) read(n int64, what string) ([]byte, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("%s length %d is negative", what, n)
+	}
+	if n > g.limit {
+		return nil, fmt.Errorf("%w: %s of %d bytes, the limit is %d", errMessageTooLarge, what, n, g.limit)
+	}
+	var buf bytes.Buffer
+	if _, err := io.CopyN(&buf, g.r, n); err != nil {
+		return nil, fmt.Errorf("reading the %s: %w", what, noEOF(err))
+	}
+	return buf.Bytes(), nil
+}
+
+func noEOF(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// Slots of the Arrow flatbuffer tables (Message.fbs, Schema.fbs) that the
+// check reads: 4 + 2 × the field's index.
+const (
+	slotMessageHeaderType = 6
+	slotMessageHeader     = 8
+	slotMessageBodyLength = 10
+	slotMessageMetadata   = 12
+	slotSchemaFields      = 6
+	slotSchemaMetadata    = 8
+	slotFieldChildren     = 14
+	slotFieldMetadata     = 16
+	headerSchema          = 1
+)
+
+// checkMetadata checks that the vectors arrow-go sizes allocations by
+// fit inside the metadata and stay within maxArrowEntries, and returns the
+// message's body length.
+func checkMetadata(meta []byte) (bodyLen int64, err error) {
+	defer func() {
+		if p := recover(); p != nil { // an offset pointing outside meta
+			err = fmt.Errorf("malformed message metadata: %v", p)
+		}
+	}()
+	c := &fbCheck{buf: meta, budget: maxArrowEntries}
+	msg := flatbuffers.Table{Bytes: meta, Pos: flatbuffers.GetUOffsetT(meta)}
+	if err := c.entries(&msg, slotMessageMetadata); err != nil {
+		return 0, err
+	}
+	if msg.GetByteSlot(slotMessageHeaderType, 0) == headerSchema {
+		if err := c.schema(&msg); err != nil {
+			return 0, err
+		}
+	}
+	return msg.GetInt64Slot(slotMessageBodyLength, 0), nil
+}
+
+type fbCheck struct {
+	buf    []byte
+	budget int
+}
+
+func (c *fbCheck) schema(msg *flatbuffers.Table) error {
+	o := flatbuffers.UOffsetT(msg.Offset(slotMessageHeader))
+	if o == 0 {
+		return errors.New("schema message without a schema")
+	}
+	var sc flatbuffers.Table
+	msg.Union(&sc, o)
+	if err := c.entries(&sc, slotSchemaMetadata); err != nil {
+		return err
+	}
+	return c.fields(&sc, slotSchemaFields, 0)
+}
+
+// fields checks a vector of Field tables and, recursively, their children.
+func (c *fbCheck) fields(t *flatbuffers.Table, slot flatbuffers.VOffsetT, depth int) error {
+	if depth > 32 {
+		return errors.New("fields nest more than 32 deep")
+	}
+	start, n, err := c.vector(t, slot)
+	if err != nil {
+		return err
+	}
+	for i := range n {
+		f := flatbuffers.Table{Bytes: c.buf, Pos: t.Indirect(start + flatbuffers.UOffsetT(4*i))}
+		if err := c.entries(&f, slotFieldMetadata); err != nil {
+			return err
+		}
+		if err := c.fields(&f, slotFieldChildren, depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// entries checks a vector of offsets (custom metadata) without walking it.
+func (c *fbCheck) entries(t *flatbuffers.Table, slot flatbuffers.VOffsetT) error {
+	_, _, err := c.vector(t, slot)
+	return err
+}
+
+// vector returns the start and length of a vector of 4-byte offsets,
+// charging its length to the budget.
+func (c *fbCheck) vector(t *flatbuffers.Table, slot flatbuffers.VOffsetT) (flatbuffers.UOffsetT, int, error) {
+	o := flatbuffers.UOffsetT(t.Offset(slot))
+	if o == 0 {
+		return 0, 0, nil
+	}
+	start, n := t.Vector(o), t.VectorLen(o)
+	if int64(start)+4*int64(n) > int64(len(c.buf)) {
+		return 0, 0, fmt.Errorf("metadata claims a vector of %d entries in %d bytes", n, len(c.buf))
+	}
+	if c.budget -= n; c.budget < 0 {
+		return 0, 0, fmt.Errorf("more than %d fields and metadata entries", maxArrowEntries)
+	}
+	return start, n, nil
+}
+
+// limitedAllocator refuses, by panicking (arrow-go's allocators have no
+// error return; its reader recovers), to hold more than limit bytes:
+// compressed buffers claim their decompressed size, which is not bounded by
+// the body.
+type limitedAllocator struct {
+	memory.Allocator
+	limit int64
+	used  atomic.Int64
+}
+
+var errAllocLimit = fmt.Errorf("%w: the stream needs more memory than the request may use", errMessageTooLarge)
+
+func (a *limitedAllocator) Allocate(size int) []byte {
+	if a.used.Add(int64(size)) > a.limit {
+		a.used.Add(-int64(size))
+		panic(fmt.Errorf("%w (%d bytes)", errAllocLimit, a.limit))
+	}
+	return a.Allocator.Allocate(size)
+}
+
+func (a *limitedAllocator) Reallocate(size int, b []byte) []byte {
+	if a.used.Add(int64(size-len(b))) > a.limit {
+		a.used.Add(-int64(size - len(b)))
+		panic(fmt.Errorf("%w (%d bytes)", errAllocLimit, a.limit))
+	}
+	return a.Allocator.Reallocate(size, b)
+}
+
+func (a *limitedAllocator) Free(b []byte) {
+	a.used.Add(-int64(len(b)))
+	a.Allocator.Free(b)
+}

@@ -1,0 +1,140 @@
+package server
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/rollwal/rollwal/schema"
+)
+
+// fuzzMaxRows keeps the fuzzers' inputs cheap; the row bound itself is
+// part of what they exercise.
+const fuzzMaxRows = 64
+
+// FuzzNDJSONDecode: any body decodes to rows with their lines or fails with
+// an error; rows that decode validate or fail with a RowError inside the
+// batch, never a crash.
+func FuzzNDJSONDecode(f *testing.F) {
+	for _, seed := range []string{
+		ndjson("a", "b"), "", "\n\n", `{"id":"x"}`, "[1,2]\n", `{"id":"x"} {"id":"y"}`,
+		`{"id":"x","reward":1e400}`, `{"id":"x","prompt":"p","completion":"c","reward":null,"metadata":[1,{"a":null}]}`,
+		"{\"id\":\"\xff\"}", `{"id":"x","colour":"red"}`, `{"id":"x","id":"y"}`, strings.Repeat(`{"id":"r"}`+"\n", fuzzMaxRows+1),
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		rows, lines, perr := decodeNDJSON(bytes.NewReader(body), fuzzMaxRows)
+		if perr != nil {
+			if perr.Error() == "" || rows != nil {
+				t.Fatalf("failed decode: message %q, %d rows", perr.Error(), len(rows))
+			}
+			return
+		}
+		checkLines(t, lines, len(rows), bytes.Count(body, []byte("\n"))+1)
+		revalidate(t, rows, lineLocator(lines))
+	})
+}
+
+// checkLines holds lines to one strictly increasing line per row, within
+// the body's lines.
+func checkLines(t *testing.T, lines []int, rows, bodyLines int) {
+	t.Helper()
+	if len(lines) != rows {
+		t.Fatalf("%d lines for %d rows", len(lines), rows)
+	}
+	for i, l := range lines {
+		if l < 1 || l > bodyLines || (i > 0 && l <= lines[i-1]) {
+			t.Fatalf("lines %v are not increasing lines of a %d-line body", lines, bodyLines)
+		}
+	}
+}
+
+// revalidate builds decoded rows into a batch of the default schema: a
+// RowError must name a row of the request and locate it; a batch that
+// builds must survive its WAL encoding unchanged.
+func revalidate(t *testing.T, rows []schema.Row, locate locator) {
+	t.Helper()
+	sc := schema.Rollout()
+	b, err := sc.Build(rows)
+	if err != nil {
+		var re *schema.RowError
+		// The column may be "": a producer can send an empty key.
+		if !errors.As(err, &re) || re.Reason == "" {
+			t.Fatalf("Build failed without a RowError saying why: %v", err)
+		}
+		if e, ok := locate(re); !ok || e.Column != re.Column || e.Error == "" {
+			t.Fatalf("row error %v is not located in the request: %+v, %v", err, e, ok)
+		}
+		return
+	}
+	enc := b.Encode(nil)
+	back, err := sc.Decode(enc)
+	if err != nil || !bytes.Equal(back.Encode(nil), enc) {
+		t.Fatalf("a built batch of %d rows does not survive its encoding: %v", b.Len(), err)
+	}
+}
+
+// FuzzArrowDecode: any body decodes to rows or fails with an error that
+// locates it; decoded rows have a string id, their record batches account
+// for every row, no buffer outlives the decode, and the rows validate or
+// fail with a located RowError.
+func FuzzArrowDecode(f *testing.F) {
+	for _, seed := range arrowSeeds(f) {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+		got, err := decodeArrow(bytes.NewReader(body), mem, 1<<20, fuzzMaxRows)
+		if err != nil {
+			var ae *arrowError
+			if !errors.As(err, &ae) || err.Error() == "" {
+				t.Fatalf("failed decode without a located error: %v", err)
+			}
+			return
+		}
+		mem.AssertSize(t, 0)
+		checkStarts(t, got)
+		for i, r := range got.rows {
+			if _, ok := r[schema.IDColumn].(string); !ok {
+				t.Fatalf("row %d has id %#v, want a string", i, r[schema.IDColumn])
+			}
+		}
+		revalidate(t, got.rows, got.locate)
+	})
+}
+
+func checkStarts(t *testing.T, got *arrowRows) {
+	t.Helper()
+	for b, s := range got.starts {
+		if s < 0 || s > len(got.rows) || (b > 0 && s < got.starts[b-1]) || (b == 0 && s != 0) {
+			t.Fatalf("record batch starts %v do not cover %d rows", got.starts, len(got.rows))
+		}
+	}
+	if len(got.rows) > 0 && len(got.starts) == 0 {
+		t.Fatalf("%d rows from no record batch", len(got.rows))
+	}
+}
+
+// arrowSeeds are streams that reach every branch of the decoder: good
+// rows, widened and null columns, bad types, a missing id, several batches.
+func arrowSeeds(tb testing.TB) [][]byte {
+	good := rollouts("a", "b")
+	return [][]byte{
+		arrowStream(tb, good),
+		arrowStream(tb, good, rollouts("c")),
+		arrowStream(tb, rollouts()),
+		arrowStream(tb, with(good, col{name: "reward", typ: arrow.PrimitiveTypes.Int32, vals: []any{int32(1), nil}})),
+		arrowStream(tb, with(good, col{name: "metadata", typ: arrow.Null, vals: []any{nil, nil}})),
+		arrowStream(tb, with(good, col{name: "reward", typ: arrow.BinaryTypes.String, vals: []any{"1", "x"}})),
+		arrowStream(tb, with(good, col{name: "id", typ: arrow.BinaryTypes.String, vals: []any{"a", nil}})),
+		arrowStream(tb, with(good, col{name: "flag", typ: arrow.FixedWidthTypes.Boolean, vals: []any{true, nil}})),
+		arrowStream(tb, without(good, "id")),
+		truncated(arrowStream(tb, good)),
+		[]byte("not arrow"),
+	}
+}
