@@ -98,6 +98,9 @@ type File struct {
 	Path string // dir joined with Name
 	Size int64  // bytes
 	Meta Meta   // the metadata stored in the footer
+	// IndexCRC is the file's index checksum (see IndexCRC), computed from
+	// the bytes written, for whoever keeps it outside the file.
+	IndexCRC uint32
 }
 
 // Write writes d as generation meta.Generation of epoch meta.Epoch into dir
@@ -130,9 +133,9 @@ func Write(ctx context.Context, opts Options, dir string, s *schema.Schema, meta
 	}
 	name := Name(meta.Generation, meta.Epoch, newAttempt())
 	file := File{Name: name, Path: filepath.Join(dir, name), Meta: meta}
-	if file.Size, err = writeDurably(ctx, opts, dir, name, func(w io.Writer) error {
-		return encode(ctx, w, opts, lay, s, &meta, d)
-	}); err != nil {
+	encodeTo := func(w io.Writer) error { return encode(ctx, w, opts, lay, s, &meta, d) }
+	seal := func(f vfs.File, size int64) (err error) { file.IndexCRC, err = IndexCRC(f, size); return err }
+	if file.Size, err = writeDurably(ctx, opts, dir, name, encodeTo, seal); err != nil {
 		return File{}, fmt.Errorf("generation: write %s: %w", file.Path, err)
 	}
 	opts.Logger.Debug("generation written", "path", file.Path, "rows", meta.Rows,
@@ -141,10 +144,12 @@ func Write(ctx context.Context, opts Options, dir string, s *schema.Schema, meta
 }
 
 // writeDurably places a file atomically: it writes a temporary file in dir,
-// syncs and closes it, renames it to name and syncs dir. The temporary file
+// syncs it, lets seal read it back, closes it, renames it to name and syncs
+// dir. The temporary file
 // is removed on error; so is the final one when the directory sync fails,
 // since its entry may not be durable.
-func writeDurably(ctx context.Context, opts Options, dir, name string, write func(io.Writer) error) (int64, error) {
+func writeDurably(ctx context.Context, opts Options, dir, name string, write func(io.Writer) error,
+	seal func(vfs.File, int64) error) (int64, error) {
 	fs := opts.FS
 	tmp, final := filepath.Join(dir, tempName(name)), filepath.Join(dir, name)
 	f, err := fs.Create(tmp)
@@ -155,6 +160,9 @@ func writeDurably(ctx context.Context, opts Options, dir, name string, write fun
 	err = write(cw)
 	if err == nil {
 		err = f.Sync()
+	}
+	if err == nil {
+		err = seal(f, cw.n)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr

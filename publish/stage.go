@@ -173,7 +173,7 @@ func (c *Coordinator) stageGeneration(ctx context.Context, shard string, pg Plan
 		return 0, fmt.Errorf("publish: shard %q generation %d: write base file: %w", shard, pg.Number, err)
 	}
 	part.Files = append(part.Files, shardmeta.BaseFile{Path: "data/" + shard + "/" + f.Name, Rows: f.Meta.Rows, Bytes: f.Size,
-		Shard: shard, SeqFirst: f.Meta.SeqFirst, SeqLast: f.Meta.SeqLast})
+		Shard: shard, SeqFirst: f.Meta.SeqFirst, SeqLast: f.Meta.SeqLast, IndexCRC: &f.IndexCRC})
 	out.RowsStaged += f.Meta.Rows
 	c.metrics.rowsOut.Add(float64(f.Meta.Rows))
 	c.log.Debug("staged generation", "shard", shard, "generation", pg.Number, "path", path, "reason", pg.Reason,
@@ -438,7 +438,7 @@ func (x *baseIndex) file(bf shardmeta.BaseFile) (*baseFile, error) {
 	}
 	x.opened++
 	x.c.metrics.baseOpens.Inc()
-	b, err := openBaseFile(p, f)
+	b, err := openBaseFile(p, f, bf.IndexCRC)
 	if err != nil {
 		_ = f.Close()
 		return nil, fmt.Errorf("base file %s: %w", p, err)
@@ -447,10 +447,18 @@ func (x *baseIndex) file(bf shardmeta.BaseFile) (*baseFile, error) {
 	return b, nil
 }
 
-func openBaseFile(p string, f vfs.File) (*baseFile, error) {
+// openBaseFile opens a base file for the ID check, after verifying its
+// index checksum when the state records one: a damaged bloom filter or
+// statistic would otherwise make the check skip a duplicate silently.
+func openBaseFile(p string, f vfs.File, indexCRC *uint32) (*baseFile, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, err
+	}
+	if indexCRC != nil {
+		if err := generation.VerifyIndex(f, st.Size(), p, *indexCRC); err != nil {
+			return nil, err
+		}
 	}
 	var pf *parquet.File
 	if err := safely(func() (err error) { pf, err = parquet.OpenFile(f, st.Size()); return err }); err != nil {

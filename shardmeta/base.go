@@ -50,6 +50,11 @@ type BaseFile struct {
 	Shard    string `json:"shard,omitempty"`
 	SeqFirst uint64 `json:"seq_first,omitempty"`
 	SeqLast  uint64 `json:"seq_last,omitempty"`
+	// IndexCRC is the file's index checksum (generation.IndexCRC: every
+	// byte outside its column chunks). The ID check trusts the file's bloom
+	// filters and statistics only after it matches; nil for files committed
+	// before it existed.
+	IndexCRC *uint32 `json:"index_crc,omitempty"`
 }
 
 // HasSeqRange reports whether f records its shard and position range.
@@ -109,6 +114,12 @@ func NewBaseState() *BaseState {
 func (b *BaseState) Clone() *BaseState {
 	c := &BaseState{Version: b.Version, Files: append([]BaseFile{}, b.Files...),
 		Shards: make(map[string]ShardMergeState, len(b.Shards))}
+	for i, f := range c.Files {
+		if f.IndexCRC != nil {
+			v := *f.IndexCRC
+			c.Files[i].IndexCRC = &v
+		}
+	}
 	for name, s := range b.Shards {
 		if s.ObservedEpoch != nil {
 			v := *s.ObservedEpoch
@@ -191,7 +202,7 @@ func checkBasePath(p string) error {
 
 // baseStateShape: every field required except the two optional pointers.
 var baseFileFields = map[string]bool{"path": true, "rows": true, "bytes": true,
-	"shard": false, "seq_first": false, "seq_last": false}
+	"shard": false, "seq_first": false, "seq_last": false, "index_crc": false}
 var shardStateFields = map[string]bool{"watermark": true, "observed_epoch": false, "cutoff": false}
 
 // DecodeBaseState parses a stored base state strictly and validates it.
