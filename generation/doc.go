@@ -81,6 +81,13 @@
 // way. A corrupt generation is never repaired: rows cannot be made up, so the
 // caller stops and an operator decides.
 //
+// Page data carries a CRC-32 and the rollwal.* pairs a checksum; the rest of
+// the file (bloom filters, page indexes, Thrift footer, page headers) does
+// not, and damage there changes no value Read returns. A reader that lets a
+// bloom filter or a statistic decide what to skip must first check
+// VerifyIndex against the IndexCRC that Write returned and the caller kept
+// outside the file (the base table keeps it in its state).
+//
 // # Concurrency
 //
 // Write, ReadMeta and Read are safe for concurrent use. The Data given to
