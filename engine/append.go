@@ -6,6 +6,7 @@ import (
 
 	"github.com/rollwal/rollwal/memtable"
 	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/wal"
 )
 
 // Source names an upstream position that an append covers, for snapshot
@@ -72,7 +73,15 @@ func (s *Shard) appendBatch(ctx context.Context, b *schema.Batch, src Source) (R
 	if err := s.acquire(ctx, reserved); err != nil {
 		return Result{}, err
 	}
-	res, syncTo, used, err := s.write(b, src)
+	// Encode and compress outside the ordered section, so that producers
+	// do it in parallel; a batch with duplicates re-encodes under the lock.
+	pre, err := s.w.Prepare(b.Encode(nil))
+	if err != nil {
+		s.budget.Release(reserved)
+		return Result{}, fmt.Errorf("engine: shard %s: %w", s.name, err)
+	}
+	res, syncTo, used, err := s.write(b, pre, src)
+	pre.Release()
 	s.budget.Release(reserved - used)
 	if err != nil {
 		return Result{}, err
@@ -102,7 +111,7 @@ func (s *Shard) acquire(ctx context.Context, n int64) error {
 // write runs the ordered section: deduplicate, assign positions, write the
 // WAL record, insert. It returns the position the caller must sync to and
 // the budget bytes the memtable now holds.
-func (s *Shard) write(b *schema.Batch, src Source) (Result, uint64, int64, error) {
+func (s *Shard) write(b *schema.Batch, pre *wal.Prepared, src Source) (Result, uint64, int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.err(); err != nil {
@@ -119,7 +128,7 @@ func (s *Shard) write(b *schema.Batch, src Source) (Result, uint64, int64, error
 	if s.opts.testHookBeforeWrite != nil {
 		s.opts.testHookBeforeWrite()
 	}
-	first, err := s.w.Append(res.Generation, uint32(fresh.Len()), fresh.Encode(nil))
+	first, err := s.appendRecord(res.Generation, b, fresh, pre)
 	if err != nil {
 		s.stop(err)
 		return Result{}, 0, 0, fmt.Errorf("engine: shard %s: %w", s.name, err)
@@ -129,6 +138,15 @@ func (s *Shard) write(b *schema.Batch, src Source) (Result, uint64, int64, error
 	res.Stored, res.FirstSeq, res.LastSeq = fresh.Len(), first, s.lastPos
 	s.metrics.memtableBytes.WithLabelValues(s.name).Set(float64(s.set.Bytes()))
 	return res, s.lastPos, memtable.EstimateBytes(fresh), nil
+}
+
+// appendRecord appends fresh, the rows of b not already held, using b's
+// prepared record when nothing was filtered out. Callers hold mu.
+func (s *Shard) appendRecord(gen uint64, b, fresh *schema.Batch, pre *wal.Prepared) (uint64, error) {
+	if fresh.Len() == b.Len() {
+		return s.w.AppendPrepared(gen, uint32(fresh.Len()), pre)
+	}
+	return s.w.Append(gen, uint32(fresh.Len()), fresh.Encode(nil))
 }
 
 // checkLease enforces the acknowledgement rule: only while the lease is

@@ -95,24 +95,62 @@ func (w *WAL) Err() error {
 // blocks while too many bytes wait to be written. payload is copied; the
 // caller may reuse it on return.
 func (w *WAL) Append(gen uint64, count uint32, payload []byte) (first uint64, err error) {
+	p, err := w.Prepare(payload)
+	if err != nil {
+		return 0, err
+	}
+	defer p.Release()
+	return w.AppendPrepared(gen, count, p)
+}
+
+// Prepared is a payload compressed for a later AppendPrepared. Preparing
+// takes no lock, so callers that must append in an order they keep under a
+// lock of their own (the engine's shard) compress before taking it, and
+// many producers compress in parallel.
+type Prepared struct {
+	c         *codec
+	buf       *[]byte
+	stored    []byte
+	kind      Compression
+	rawLength uint32
+}
+
+// Prepare checks and compresses payload. The Prepared holds payload's
+// bytes until AppendPrepared returns; Release it afterwards.
+func (w *WAL) Prepare(payload []byte) (*Prepared, error) {
+	if len(payload) > MaxPayloadSize {
+		return nil, fmt.Errorf("wal: payload of %d bytes exceeds %d", len(payload), MaxPayloadSize)
+	}
+	p := &Prepared{c: w.codec, buf: w.codec.getBuf(), rawLength: uint32(len(payload))}
+	p.stored, p.kind = w.codec.compress(payload, p.buf)
+	return p, nil
+}
+
+// Release returns p's buffer for reuse; p must not be used again.
+func (p *Prepared) Release() {
+	if p.buf != nil {
+		p.c.putBuf(p.buf)
+		p.buf, p.stored = nil, nil
+	}
+}
+
+// AppendPrepared appends a prepared record covering count positions of
+// generation gen; see Append.
+func (w *WAL) AppendPrepared(gen uint64, count uint32, p *Prepared) (first uint64, err error) {
 	if count == 0 {
 		return 0, errors.New("wal: append of a record covering no position")
 	}
-	if len(payload) > MaxPayloadSize {
-		return 0, fmt.Errorf("wal: payload of %d bytes exceeds %d", len(payload), MaxPayloadSize)
+	if p.c != w.codec {
+		return 0, errors.New("wal: record prepared by another WAL")
 	}
-	buf := w.codec.getBuf()
-	defer w.codec.putBuf(buf)
-	stored, kind := w.codec.compress(payload, buf)
 	h := recordHeader{
 		Header:    Header{Epoch: w.opts.Epoch, Generation: gen, Count: count},
-		codec:     kind,
-		rawLength: uint32(len(payload)),
+		codec:     p.kind,
+		rawLength: p.rawLength,
 	}
-
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if err := w.waitForSpace(headerSize + len(stored)); err != nil {
+	if err := w.waitForSpace(headerSize + len(p.stored)); err != nil {
 		return 0, err
 	}
 	if w.assigned > math.MaxUint64-uint64(count) {
@@ -120,7 +158,7 @@ func (w *WAL) Append(gen uint64, count uint32, payload []byte) (first uint64, er
 	}
 	h.FirstPos = w.assigned + 1
 	w.assigned += uint64(count)
-	w.pending.data = appendRecord(w.pending.data, h, stored)
+	w.pending.data = appendRecord(w.pending.data, h, p.stored)
 	w.pending.marks = append(w.pending.marks, mark{end: len(w.pending.data), last: w.assigned})
 	w.m.records.Inc()
 	w.work.Signal()
