@@ -90,7 +90,9 @@ func openShard(ctx context.Context, o *Options, name string, l *lease, budget *m
 	s.loadSnapshots(ctx)
 	if err := s.recover(ctx); err != nil {
 		s.w.Close()
-		s.set.Close()
+		if s.set != nil { // recover fails before making the set when garbage removal fails
+			s.set.Close()
+		}
 		s.releaseOwner()
 		return nil, err
 	}
