@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rollwal/rollwal/memtable"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // Host serves many shards of one table from one process. The shards share
@@ -115,7 +116,32 @@ func (h *Host) Reclaim(ctx context.Context, name string) (*Shard, error) {
 			h.opts.Logger.Warn("close fenced shard", "shard", name, "err", err)
 		}
 	}
+	h.checkLeaseAlive(ctx)
 	return h.Open(ctx, name)
+}
+
+// checkLeaseAlive asks etcd whether the host's lease still exists and
+// marks it lost if not. A commit can find the shard fenced (its owner key
+// gone with a revoked lease) before the keepalive loop, which runs every
+// TTL/3, learns the lease is lost; a re-claim with it would fail with
+// "requested lease not found" for good. A failed question changes nothing:
+// the claim then fails or succeeds on its own.
+func (h *Host) checkLeaseAlive(ctx context.Context) {
+	h.openMu.Lock()
+	l := h.lease
+	h.openMu.Unlock()
+	if l == nil || l.isLost() {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, h.opts.RequestTimeout)
+	defer cancel()
+	resp, err := h.opts.Etcd.TimeToLive(rctx, l.id)
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		l.markLost("the lease no longer exists in etcd (found at re-claim)")
+	case err == nil && resp.TTL <= 0:
+		l.markLost("the lease no longer exists in etcd (found at re-claim)")
+	}
 }
 
 func (h *Host) reclaimInBackground(old *Shard) {
