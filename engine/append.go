@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/rollwal/rollwal/memtable"
 	"github.com/rollwal/rollwal/schema"
@@ -75,18 +76,21 @@ func (s *Shard) appendBatch(ctx context.Context, b *schema.Batch, src Source) (R
 	}
 	// Encode and compress outside the ordered section, so that producers
 	// do it in parallel; a batch with duplicates re-encodes under the lock.
-	pre, err := s.w.Prepare(b.Encode(nil))
+	buf := encodeBufs.Get().(*[]byte)
+	payload := b.Encode((*buf)[:0])
+	pre, err := s.w.Prepare(payload)
 	if err != nil {
 		s.budget.Release(reserved)
 		return Result{}, fmt.Errorf("engine: shard %s: %w", s.name, err)
 	}
 	res, syncTo, used, err := s.write(b, pre, src)
 	pre.Release()
+	putEncodeBuf(buf, payload)
 	s.budget.Release(reserved - used)
 	if err != nil {
 		return Result{}, err
 	}
-	if s.set.Active().Bytes() >= s.opts.FlushBytes {
+	if s.set.Oldest() != nil || s.set.Active().Bytes() >= s.opts.FlushBytes {
 		s.requestFlush()
 	}
 	if err := s.w.SyncTo(syncTo); err != nil {
@@ -97,6 +101,21 @@ func (s *Shard) appendBatch(ctx context.Context, b *schema.Batch, src Source) (R
 		return Result{}, fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
 	}
 	return res, nil
+}
+
+// encodeBufs recycles the buffers batches are encoded into for the WAL:
+// one allocation of the whole batch per append was the largest source of
+// garbage on the ingest path.
+var encodeBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// putEncodeBuf returns buf, now holding payload, to the pool unless it grew
+// too large to keep around.
+func putEncodeBuf(buf *[]byte, payload []byte) {
+	if cap(payload) > 8<<20 {
+		return
+	}
+	*buf = payload[:0]
+	encodeBufs.Put(buf)
 }
 
 func (s *Shard) acquire(ctx context.Context, n int64) error {
@@ -134,6 +153,13 @@ func (s *Shard) write(b *schema.Batch, pre *wal.Prepared, src Source) (Result, u
 		return Result{}, 0, 0, fmt.Errorf("engine: shard %s: %w", s.name, err)
 	}
 	s.set.Insert(fresh, first, s.claim.Epoch, src.Name, src.Offset)
+	if s.set.Active().Bytes() >= 2*s.opts.FlushBytes {
+		// The flusher seals at FlushBytes; while it is busy flushing the
+		// memtable keeps growing, and a generation (and the memory to
+		// write it) must not grow without bound: seal here at twice that.
+		// Not at FlushBytes itself: every seal costs a manifest commit.
+		s.set.Rotate()
+	}
 	s.lastPos = first + uint64(fresh.Len()) - 1
 	res.Stored, res.FirstSeq, res.LastSeq = fresh.Len(), first, s.lastPos
 	s.metrics.memtableBytes.WithLabelValues(s.name).Set(float64(s.set.Bytes()))

@@ -57,7 +57,7 @@ func (s *Shard) Drain(ctx context.Context) (int, error) {
 		}
 		return 0, fmt.Errorf("engine: shard %s: drain: %w", s.name, err)
 	}
-	s.manifest = next
+	s.setManifest(next)
 	s.removeDrained(gone)
 	return len(gone), nil
 }

@@ -20,7 +20,7 @@ func (s *Shard) Flush(ctx context.Context) (uint64, error) {
 	if err := s.err(); err != nil {
 		return 0, err
 	}
-	if err := s.flushOnce(ctx); err != nil {
+	if err := s.flushOnce(ctx, true); err != nil {
 		return 0, err
 	}
 	return s.lastCommitted(), nil
@@ -33,11 +33,12 @@ func (s *Shard) lastCommitted() uint64 {
 	return 0
 }
 
-// flushOnce seals the active memtable if it holds rows, then commits every
-// sealed memtable oldest first. The caller holds flushMu.
-func (s *Shard) flushOnce(ctx context.Context) error {
+// flushOnce seals the active memtable if it holds rows (and sealActive
+// says so), then commits every sealed memtable oldest first. The caller
+// holds flushMu.
+func (s *Shard) flushOnce(ctx context.Context, sealActive bool) error {
 	s.mu.Lock()
-	if s.set.Active().Len() > 0 {
+	if sealActive && s.set.Active().Len() > 0 {
 		s.set.Rotate()
 	}
 	s.mu.Unlock()
@@ -84,7 +85,7 @@ func (s *Shard) commitGeneration(ctx context.Context, m *memtable.Memtable) erro
 	}
 	s.pending = nil
 	prev := s.manifest
-	s.manifest = next
+	s.setManifest(next)
 	s.persistSnapshots(ctx, prev, next)
 	s.removeDrained(s.pendingDrain)
 	s.pendingDrain = nil
@@ -221,11 +222,16 @@ func (s *Shard) tickEvery() time.Duration {
 	return time.Second
 }
 
-// due reports whether the active memtable should be sealed now.
-func (s *Shard) due() bool {
+// due reports whether a background flush has work: a sealed memtable
+// waits, or the active one is due.
+func (s *Shard) due() bool { return s.set.Oldest() != nil || s.activeDue() }
+
+// activeDue reports whether the active memtable should be sealed now: it
+// reached FlushBytes (appends seal it then themselves) or FlushAge.
+func (s *Shard) activeDue() bool {
 	a := s.set.Active()
 	if a.Len() == 0 {
-		return s.set.Oldest() != nil
+		return false
 	}
 	if a.Bytes() >= s.opts.FlushBytes {
 		return true
@@ -264,7 +270,7 @@ func (s *Shard) backgroundFlush() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*s.opts.RequestTimeout)
 	defer cancel()
-	err := s.flushOnce(ctx)
+	err := s.flushOnce(ctx, s.activeDue())
 	if err != nil {
 		s.log.Warn("background flush failed; will retry", "err", err)
 	}
@@ -288,7 +294,7 @@ func (s *Shard) close(ctx context.Context) error {
 	var errs []error
 	s.flushMu.Lock()
 	if healthy && !s.opts.NoFlushOnClose {
-		if err := s.flushOnce(ctx); err != nil {
+		if err := s.flushOnce(ctx, true); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -46,6 +46,49 @@ func TestFlushBySize(t *testing.T) {
 	waitFor(t, "a size-triggered generation", func() bool { return len(s.Manifest().Flushed) > 0 })
 }
 
+// TestMemtableSealedWhileFlushBusy: while the flusher is busy (here: held
+// off), appends keep going, but the active memtable is sealed once it holds
+// twice FlushBytes, so no generation — and no flush's memory — grows
+// without bound; the sealed memtables are then committed in order.
+func TestMemtableSealedWhileFlushBusy(t *testing.T) {
+	ctx := context.Background()
+	opts := testOptions(vfs.NewStrictMem(), tableName(t, ""))
+	opts.FlushBytes, opts.FlushAge, opts.Schema = 32<<10, -1, schema.Rollout()
+	h := openHost(t, opts)
+	defer h.Close(ctx)
+	s := mustOpen(t, h, "s0")
+	s.flushMu.Lock() // the flusher is busy
+	var largest int64
+	for i := range 100 {
+		b := rows("z", i*20, 20)
+		if _, err := s.Append(ctx, b, Source{}); err != nil {
+			s.flushMu.Unlock()
+			t.Fatal(err)
+		}
+		built, _ := opts.Schema.Build(b)
+		largest = max(largest, memtable.EstimateBytes(built))
+	}
+	sealed := s.set.Sealed()
+	active := s.set.Active().Bytes()
+	s.flushMu.Unlock()
+	if len(sealed) < 2 {
+		t.Fatalf("%d memtables sealed while the flusher was busy, want several", len(sealed))
+	}
+	for _, m := range append(sealed, s.set.Active()) {
+		if m.Bytes() >= 2*opts.FlushBytes+largest {
+			t.Fatalf("memtable of generation %d holds %d bytes, over 2×FlushBytes + one batch (%d)", m.Generation(), m.Bytes(), 2*opts.FlushBytes+largest)
+		}
+	}
+	if active >= 2*opts.FlushBytes {
+		t.Fatalf("active memtable holds %d bytes, want < %d", active, 2*opts.FlushBytes)
+	}
+	last := sealed[len(sealed)-1].Generation()
+	waitFor(t, "the sealed memtables committed", func() bool {
+		f := s.Manifest().Flushed
+		return len(f) > 0 && f[len(f)-1].Number >= last
+	})
+}
+
 // fakeClock is a clock the test moves by hand.
 type fakeClock struct{ now atomic.Int64 }
 

@@ -45,6 +45,9 @@ type Shard struct {
 	flushMu sync.Mutex
 	// manifest is the last committed manifest; guarded by flushMu.
 	manifest *shardmeta.Manifest
+	// committed is manifest for readers that must not wait out a flush
+	// (Status, Manifest); a committed manifest is never changed in place.
+	committed atomic.Pointer[shardmeta.Manifest]
 	// pending is a commit to repeat byte for byte; guarded by flushMu.
 	pending *pendingCommit
 	// pendingDrain are the generations the pending commit drops.
@@ -131,7 +134,7 @@ func (s *Shard) claimAndOpenWAL(ctx context.Context) error {
 		return fmt.Errorf("engine: shard %s: claim: %w", s.name, err)
 	}
 	s.claim = c
-	s.manifest = c.Manifest
+	s.setManifest(c.Manifest)
 	s.lastPos = s.w.Tail()
 	s.metrics.epoch.WithLabelValues(s.name).Set(float64(c.Epoch))
 	s.log.Info("claimed shard", "epoch", c.Epoch, "token", c.Token,
@@ -274,7 +277,7 @@ func (s *Shard) replayBatch(ctx context.Context, b *schema.Batch, h wal.Header) 
 		return 0, nil
 	}
 	if s.set.Active().Bytes() >= s.opts.FlushBytes {
-		if err := s.flushOnce(ctx); err != nil {
+		if err := s.flushOnce(ctx, true); err != nil {
 			return 0, err
 		}
 	}

@@ -25,9 +25,7 @@ type Status struct {
 
 // Status reports the shard's state.
 func (s *Shard) Status() Status {
-	s.flushMu.Lock()
-	m := s.manifest.Clone()
-	s.flushMu.Unlock()
+	m := s.committed.Load().Clone()
 	st := Status{
 		Shard: s.name, Epoch: s.claim.Epoch, Token: s.claim.Token,
 		CurrentGeneration: m.CurrentGeneration, ReplayCursor: m.ReplayCursor,
@@ -40,11 +38,15 @@ func (s *Shard) Status() Status {
 	return st
 }
 
-// Manifest returns a copy of the last committed shard manifest.
-func (s *Shard) Manifest() *shardmeta.Manifest {
-	s.flushMu.Lock()
-	defer s.flushMu.Unlock()
-	return s.manifest.Clone()
+// Manifest returns a copy of the last committed shard manifest. It does
+// not wait for a flush in progress.
+func (s *Shard) Manifest() *shardmeta.Manifest { return s.committed.Load().Clone() }
+
+// setManifest records m as the last committed manifest. The caller holds
+// flushMu (or is opening the shard).
+func (s *Shard) setManifest(m *shardmeta.Manifest) {
+	s.manifest = m
+	s.committed.Store(m)
 }
 
 // GenerationDir is where the shard's generation files live.
