@@ -24,8 +24,9 @@ var (
 	ErrBatchTooLarge = errors.New("engine: batch too large")
 	// ErrUnknownOutcome: the rows reached the WAL but could not be
 	// acknowledged (the lease lapsed meanwhile). They may or may not appear
-	// in the table; a producer retries them, and ids keep the retry from
-	// being stored twice.
+	// in the table; a producer retries them promptly: ids keep the retry
+	// from being stored twice while the first attempt is still in a
+	// memtable, not once its generation is flushed (docs/guarantees.md).
 	ErrUnknownOutcome = errors.New("engine: outcome unknown: the rows may be durable but are not acknowledged")
 	// ErrReplay: the WAL holds something replay must not accept (an epoch
 	// above the claimed one, overlapping positions).
