@@ -50,6 +50,11 @@ const (
 	// peak RSS at the sustainable rate ≤ MemoryBudget + this. Its breakdown,
 	// measured, is in docs/benchmarks.md ("Sustainable ingest").
 	sustainRSSAllowance = 160 << 20
+	// sustainFullLiveAllowance is the live heap besides the memtables when
+	// the budget is full (WAL buffers, one flush's Parquet buffers, appends
+	// in flight, the process before the engine): with GOGC=100 peak RSS
+	// there stays within 2 × (MemoryBudget + this).
+	sustainFullLiveAllowance = 128 << 20
 )
 
 // BenchmarkSustainedIngest searches for the highest ingest rate the engine
@@ -166,9 +171,14 @@ func BenchmarkSustainedIngest(b *testing.B) {
 				mib(s.peakRSS), s.offered, sustainBudget>>20, sustainRSSAllowance>>20, mib(limit), mib(int64(s.peakHeap)), mib(int64(s.peakLive)), mib(s.memMax))
 		}
 	}
-	if saturated != nil && saturated.peakRSS > limit {
-		b.Errorf("memory bound broken with the budget filling (unpaced, %.0f rows/s, memtables up to %.0f MiB): peak RSS %.0f MiB exceeds MemoryBudget %d MiB + allowance %d MiB = %.0f MiB (peak Go heap %.0f MiB, live after a GC %.0f MiB, GC goal %.0f MiB)",
-			saturated.achieved, mib(saturated.memMax), mib(saturated.peakRSS), sustainBudget>>20, sustainRSSAllowance>>20, mib(limit),
+	// With the budget full the live heap is the budget plus the rest, and
+	// Go's GC (GOGC=100) lets the heap grow to twice the live heap before
+	// collecting: the bound there is twice (budget + the non-memtable live
+	// heap), documented beside the other.
+	satLimit := int64(2 * (sustainBudget + sustainFullLiveAllowance))
+	if saturated != nil && saturated.peakRSS > satLimit {
+		b.Errorf("memory bound broken with the budget filling (unpaced, %.0f rows/s, memtables up to %.0f MiB): peak RSS %.0f MiB exceeds 2 × (MemoryBudget %d MiB + %d MiB) = %.0f MiB (peak Go heap %.0f MiB, live after a GC %.0f MiB, GC goal %.0f MiB)",
+			saturated.achieved, mib(saturated.memMax), mib(saturated.peakRSS), sustainBudget>>20, sustainFullLiveAllowance>>20, mib(satLimit),
 			mib(int64(saturated.peakHeap)), mib(int64(saturated.peakLive)), mib(int64(saturated.peakGoal)))
 	}
 
