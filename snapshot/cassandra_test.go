@@ -387,7 +387,42 @@ func freeze(t testing.TB, pid int) (resume func()) {
 		resume()
 		t.Fatalf("SIGSTOP %d: %v", pid, err)
 	}
+	waitStopped(t, pid)
 	return resume
+}
+
+// waitStopped returns once every thread of pid is stopped. kill(SIGSTOP)
+// returns before threads running on other CPUs have stopped; on a busy
+// machine a request sent at once could still be answered.
+func waitStopped(t testing.TB, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !allStopped(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d: threads still running 10 s after SIGSTOP", pid)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// allStopped reports whether every thread of pid is in state T (stopped).
+func allStopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			return false
+		}
+		// The state follows the parenthesised command name.
+		i := strings.LastIndexByte(string(stat), ')')
+		if i < 0 || i+2 >= len(stat) || stat[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }
 
 // TestUnknownOutcomeConverges freezes the Cassandra JVM (SIGSTOP) while
