@@ -201,6 +201,20 @@ func (e *env) drain(shard string, lag bool) {
 	e.putManifest(shard, m)
 }
 
+// planStage plans and stages one pass of c.
+func (e *env) planStage(c *Coordinator) (*Plan, *Staged) {
+	e.t.Helper()
+	p, err := c.Plan(e.ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	staged, err := c.Stage(e.ctx, p)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return p, staged
+}
+
 // drainTo drains every merged generation of a closed shard and sets its
 // replay cursor back to cursor.
 func (e *env) drainTo(shard string, cursor uint64) {

@@ -145,14 +145,7 @@ func TestRevokedCoordinatorCannotCommit(t *testing.T) {
 	e := newEnv(t)
 	oneShard(e)
 	c1 := e.coordinator()
-	p, err := c1.Plan(e.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	staged, err := c1.Stage(e.ctx, p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, staged := e.planStage(c1)
 	if _, err := etcdClient.Revoke(e.ctx, c1.Lease()); err != nil {
 		t.Fatal(err)
 	}
@@ -192,14 +185,7 @@ func TestCommitBeforeDrainRecovery(t *testing.T) {
 	c := e.coordinator()
 	crash := errors.New("crash after the base commit")
 	c.testHookAfterCommit = func() error { return crash }
-	p, err := c.Plan(e.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	staged, err := c.Stage(e.ctx, p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, staged := e.planStage(c)
 	if err := c.Commit(e.ctx, staged); !errors.Is(err, crash) {
 		t.Fatal(err)
 	}
@@ -272,14 +258,7 @@ func TestUnknownOutcomeIsResolvedByReadBack(t *testing.T) {
 	e := newEnv(t)
 	oneShard(e)
 	c := e.coordinator()
-	p, err := c.Plan(e.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	staged, err := c.Stage(e.ctx, p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, staged := e.planStage(c)
 	// Lost before it reached etcd: the read-back proves it did not apply.
 	c.testHookBeforeCommitTxn = func() error { return context.DeadlineExceeded }
 	if err := c.Commit(e.ctx, staged); !errors.Is(err, ErrNotApplied) {
@@ -326,14 +305,7 @@ func TestUnknownOutcomeWhenReadBackFails(t *testing.T) {
 	e := newEnv(t)
 	oneShard(e)
 	c := e.coordinator()
-	p, err := c.Plan(e.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	staged, err := c.Stage(e.ctx, p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, staged := e.planStage(c)
 	var txns int
 	c.testHookCommit = func(err error) error {
 		txns++
@@ -343,7 +315,7 @@ func TestUnknownOutcomeWhenReadBackFails(t *testing.T) {
 		return context.DeadlineExceeded
 	}
 	c.testHookReadBack = func(error) error { return errors.New("etcd unreachable") }
-	err = c.Commit(e.ctx, staged)
+	err := c.Commit(e.ctx, staged)
 	if !errors.Is(err, ErrUnknownOutcome) || !strings.Contains(err.Error(), "etcd unreachable") {
 		t.Fatalf("commit with a lost response and a failed read-back: %v, want ErrUnknownOutcome naming the read error", err)
 	}
@@ -373,14 +345,7 @@ func TestShardRewrittenBehindPlanIsRejected(t *testing.T) {
 	e := newEnv(t)
 	oneShard(e)
 	c := e.coordinator()
-	p, err := c.Plan(e.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	staged, err := c.Stage(e.ctx, p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, staged := e.planStage(c)
 	m, err := engine.LoadManifest(e.ctx, etcdClient, "rollwal", e.table, "s0")
 	if err != nil {
 		t.Fatal(err)
