@@ -1,7 +1,10 @@
 package engine
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/rollwal/rollwal/internal/vfs"
@@ -154,5 +157,23 @@ func TestReplayLargerThanMemtable(t *testing.T) {
 	second := m.Epochs[1]
 	if second.Epoch != 2 || second.StartGeneration != 1 || second.ReplayEndGeneration != 0 && second.ReplayEndGeneration != replayEnd {
 		t.Fatalf("epoch record %+v; want epoch 2 starting at generation 1", second)
+	}
+}
+
+// TestReplayProgressLogsEachTenth: a long replay logs a line each time
+// another tenth of the tail's positions is behind it (and not per record).
+func TestReplayProgressLogsEachTenth(t *testing.T) {
+	var buf bytes.Buffer
+	s := &Shard{log: slog.New(slog.NewTextHandler(&buf, nil))}
+	p := newReplayProgress(s, 100, 1100)
+	for pos := uint64(101); pos <= 1100; pos += 3 {
+		p.at(pos, int(pos-100))
+	}
+	lines := strings.Count(buf.String(), "replaying WAL tail")
+	if lines < 9 || lines > 11 {
+		t.Fatalf("%d progress lines for a 1000-position tail, want one per tenth:\n%s", lines, buf.String())
+	}
+	if !strings.Contains(buf.String(), "of=1100") || !strings.Contains(buf.String(), "done=50%") {
+		t.Fatalf("progress lines do not say where replay is:\n%s", buf.String())
 	}
 }

@@ -217,7 +217,9 @@ func (s *Shard) replay(ctx context.Context, from, to uint64) (int, error) {
 	m := s.manifest
 	var rows int
 	var last uint64 // highest position replayed, to refuse overlaps
+	progress := newReplayProgress(s, from, to)
 	err := s.w.Replay(from, to, func(h wal.Header, payload []byte) error {
+		progress.at(h.FirstPos, rows)
 		if h.Epoch > s.claim.Epoch {
 			return fmt.Errorf("%w: record at position %d has epoch %d above the claimed epoch %d", ErrReplay, h.FirstPos, h.Epoch, s.claim.Epoch)
 		}
@@ -237,6 +239,34 @@ func (s *Shard) replay(ctx context.Context, from, to uint64) (int, error) {
 		return err
 	})
 	return rows, err
+}
+
+// replayProgress logs a long replay's progress: a line each time another
+// tenth of the tail's positions is behind it, and at most one every few
+// seconds otherwise, so an operator watching a slow start sees it move.
+type replayProgress struct {
+	s        *Shard
+	from, to uint64
+	next     uint64 // position of the next tenth
+	last     time.Time
+}
+
+func newReplayProgress(s *Shard, from, to uint64) *replayProgress {
+	p := &replayProgress{s: s, from: from, to: to, last: time.Now()}
+	p.next = from + max((to-from)/10, 1)
+	return p
+}
+
+func (p *replayProgress) at(pos uint64, rows int) {
+	if pos < p.next && time.Since(p.last) < 5*time.Second {
+		return
+	}
+	for p.next <= pos {
+		p.next += max((p.to-p.from)/10, 1)
+	}
+	p.last = time.Now()
+	done := float64(pos-p.from) / float64(max(p.to-p.from, 1))
+	p.s.log.Info("replaying WAL tail", "position", pos, "of", p.to, "done", fmt.Sprintf("%.0f%%", 100*done), "rows", rows)
 }
 
 func (s *Shard) skipOnReplay(m *shardmeta.Manifest, h wal.Header) bool {

@@ -51,6 +51,15 @@ type PlannedGeneration struct {
 	Reason  string
 }
 
+// generationCount is the number of generations the plan holds.
+func (p *Plan) generationCount() int {
+	n := 0
+	for _, sp := range p.Shards {
+		n += len(sp.Generations)
+	}
+	return n
+}
+
 // generations returns the planned generations of shard.
 func (p *Plan) generations(shard string) []PlannedGeneration {
 	for _, sp := range p.Shards {

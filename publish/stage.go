@@ -71,6 +71,7 @@ func (c *Coordinator) Stage(ctx context.Context, plan *Plan) (*Staged, error) {
 	out := &Staged{Plan: plan, Complete: true}
 	seen := map[string]struct{}{}
 	var used int64
+	done, total := 0, plan.generationCount()
 	defer func() { out.BaseFilesOpened, out.BaseRowGroupsRead = idx.opened, idx.groups }()
 stage:
 	for _, sp := range plan.Shards {
@@ -91,6 +92,9 @@ stage:
 				return nil, err
 			}
 			used += n
+			done++
+			c.log.Info("staged generation", "shard", sp.Shard, "generation", pg.Number, "n", done, "of", total,
+				"id_check", pg.IDCheck, "rows_staged", out.RowsStaged)
 		}
 		if len(part.Generations) > 0 {
 			out.Parts = append(out.Parts, part)
@@ -176,7 +180,7 @@ func (c *Coordinator) stageGeneration(ctx context.Context, shard string, pg Plan
 		Shard: shard, SeqFirst: f.Meta.SeqFirst, SeqLast: f.Meta.SeqLast, IndexCRC: &f.IndexCRC})
 	out.RowsStaged += f.Meta.Rows
 	c.metrics.rowsOut.Add(float64(f.Meta.Rows))
-	c.log.Debug("staged generation", "shard", shard, "generation", pg.Number, "path", path, "reason", pg.Reason,
+	c.log.Debug("staged generation file", "shard", shard, "generation", pg.Number, "path", path, "reason", pg.Reason,
 		"rows", n, "kept", f.Meta.Rows, "file", f.Name)
 	return size, nil
 }
