@@ -568,6 +568,17 @@ func restartCassandra(t *testing.T) {
 		t.Fatalf("scripts/cassandra restart: %v\n%s", err, out)
 	}
 	t.Logf("%s", bytes.TrimSpace(out))
+	// The shared admin session's pool marked the node down; gocql would
+	// take up to its reconnect interval to try again. Later tests need it now.
+	opts := CassandraOptions{Hosts: cassandraHosts(t), Keyspace: cassKeyspace}
+	opts.EnsureDefaults()
+	fresh, err := connect(opts)
+	if err != nil {
+		t.Fatalf("reconnecting after the restart: %v", err)
+	}
+	old := cassAdmin
+	cassAdmin = fresh
+	old.Close()
 }
 
 // waitUntil polls cond (bounded: it turns a hang into a failure).
