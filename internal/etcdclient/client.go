@@ -69,7 +69,9 @@ var hints = []struct {
 		"the server requires a client certificate signed by a CA it trusts: set tls.cert_file and tls.key_file"},
 	{"authentication handshake failed: EOF", "tls",
 		"the server closed the TLS handshake: does it serve plain http?"},
-	{"error reading server preface: EOF", "plain",
+	// The TLS server closes a plaintext connection with EOF or, as often
+	// under load, a reset: either way the preface never arrives.
+	{"error reading server preface", "plain",
 		"the server closed the connection: if it serves TLS, use https:// endpoints"},
 	{"etcdserver: user name is empty", "any",
 		"the cluster has auth enabled: set username and password, or a client certificate"},
