@@ -51,8 +51,10 @@ type Options struct {
 	// Codec is the generation files' Parquet codec; default "snappy".
 	Codec string
 
-	// FlushBytes seals the active memtable once it holds this many bytes;
-	// default 64 MiB.
+	// FlushBytes seals the active memtable once it holds this many bytes
+	// (the flusher seals it; while the flusher is busy an append seals it
+	// at twice this, so a generation stays under 2×FlushBytes plus one
+	// batch); default 64 MiB.
 	FlushBytes int64
 	// FlushAge seals the active memtable once its oldest row is this old;
 	// default 30s. Negative disables age-based flushes.
