@@ -8,8 +8,6 @@ import (
 	"slices"
 
 	"github.com/parquet-go/parquet-go"
-
-	"github.com/rollwal/rollwal/internal/vfs"
 )
 
 // The index checksum covers every byte of a file outside its column chunks:
@@ -23,24 +21,6 @@ import (
 //
 // Which bytes are covered follows from the footer; a damaged footer covers
 // different bytes, or itself differs, so the checksum still changes.
-
-// FileIndexCRC returns the index checksum of the file at path.
-func FileIndexCRC(fs vfs.FS, path string) (uint32, error) {
-	f, err := fs.Open(path)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return 0, err
-	}
-	crc, err := IndexCRC(f, st.Size())
-	if err != nil {
-		return 0, corrupt(path, "computing the index checksum", err)
-	}
-	return crc, nil
-}
 
 // VerifyIndex checks the file r (size bytes, named path in errors) against
 // the index checksum want; a mismatch is a *CorruptError.
