@@ -26,7 +26,7 @@ type benchData struct {
 	d       Data
 	peer    []peerRow
 	peerW   []peerWriteRow // peer, as the peer writes it
-	logical int64 // bytes of column values, the "MB/s" base
+	logical int64          // bytes of column values, the "MB/s" base
 }
 
 // peerRow is the same rollout row as a Go struct, tagged so that parquet-go
