@@ -45,21 +45,52 @@ func (s *Shard) Drain(ctx context.Context) (int, error) {
 	if err := s.err(); err != nil {
 		return 0, err
 	}
+	if s.pending != nil {
+		return 0, nil // a flush commit of unknown outcome goes first; the flush drains too
+	}
+	if err := s.retryPendingDrain(ctx); err != nil {
+		return 0, err
+	}
 	gone, kept := drained(s.manifest, s.baseWatermark(ctx))
 	if len(gone) == 0 {
 		return 0, nil
 	}
 	next := s.manifest.Clone()
 	next.Flushed = append([]shardmeta.Generation(nil), kept...)
-	if err := s.store.Commit(ctx, s.claim, next); err != nil {
+	return s.commitDrain(ctx, &pendingDrain{next: next, gone: gone})
+}
+
+// pendingDrain is a drain commit whose outcome is unknown: the next commit
+// repeats it byte for byte, so that a first attempt that applied late is
+// recognised as done rather than taken for another writer's write.
+type pendingDrain struct {
+	next *shardmeta.Manifest
+	gone []shardmeta.Generation
+}
+
+func (s *Shard) commitDrain(ctx context.Context, d *pendingDrain) (int, error) {
+	if err := s.store.Commit(ctx, s.claim, d.next); err != nil {
 		if isFenced(err) {
 			s.stop(fmt.Errorf("engine: shard %s: %w", s.name, err))
+		} else {
+			s.drainPending = d
 		}
 		return 0, fmt.Errorf("engine: shard %s: drain: %w", s.name, err)
 	}
-	s.setManifest(next)
-	s.removeDrained(gone)
-	return len(gone), nil
+	s.drainPending = nil
+	s.setManifest(d.next)
+	s.removeDrained(d.gone)
+	return len(d.gone), nil
+}
+
+// retryPendingDrain repeats a drain commit of unknown outcome, if any. The
+// caller holds flushMu.
+func (s *Shard) retryPendingDrain(ctx context.Context) error {
+	if s.drainPending == nil {
+		return nil
+	}
+	_, err := s.commitDrain(ctx, s.drainPending)
+	return err
 }
 
 // removeDrained deletes the files of generations that left the manifest.

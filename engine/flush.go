@@ -67,6 +67,10 @@ func (s *Shard) commitGeneration(ctx context.Context, m *memtable.Memtable) erro
 		s.stop(err)
 		return err
 	}
+	if err := s.retryPendingDrain(ctx); err != nil {
+		s.metrics.flushFailures.WithLabelValues(s.name).Inc()
+		return err
+	}
 	f, next, err := s.prepareCommit(ctx, m)
 	if err != nil {
 		s.metrics.flushFailures.WithLabelValues(s.name).Inc()

@@ -91,6 +91,10 @@ type Options struct {
 	// testHookBeforeWrite runs in Append after every check, just before the
 	// WAL write: tests stall a writer there to make a zombie.
 	testHookBeforeWrite func()
+	// testHookClaimPrepared runs in every claim attempt after the WAL's
+	// tail was read and before the claim transaction: tests hold a
+	// claimant there to race another.
+	testHookClaimPrepared func()
 
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer

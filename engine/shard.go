@@ -52,6 +52,9 @@ type Shard struct {
 	pending *pendingCommit
 	// pendingDrain are the generations the pending commit drops.
 	pendingDrain []shardmeta.Generation
+	// drainPending is a Drain commit to repeat byte for byte; guarded by
+	// flushMu.
+	drainPending *pendingDrain
 	// replayEnd is the generation replay filled last (0: replay found
 	// nothing); recorded in the epoch's provenance when it commits.
 	replayEnd uint64
@@ -104,36 +107,39 @@ func openShard(ctx context.Context, o *Options, name string, l *lease, budget *m
 	return s, nil
 }
 
-// claimAndOpenWAL claims the next epoch. The WAL is opened for the new
-// epoch inside the claim so that the tail it inherits is recorded in the
-// same transaction as the epoch (the epoch's start position).
+// claimAndOpenWAL claims the next epoch, then opens the WAL for it. Until
+// the claim transaction commits the WAL is only read (wal.ReadTail): a
+// claimant that loses a race it cannot see yet must never create or cut a
+// file of the winner's epoch. The tail read is recorded in the claim
+// transaction as the epoch's start position.
 func (s *Shard) claimAndOpenWAL(ctx context.Context) error {
 	owner := shardmeta.Owner{Writer: s.opts.WriterID, Address: s.opts.Address}
 	prepare := func(m *shardmeta.Manifest) error {
-		if s.w != nil {
-			s.w.Close()
-			s.w = nil
-		}
-		w, err := wal.Open(wal.Options{
-			FS: s.opts.FS, Dir: s.walDir(), Epoch: m.WriterEpoch,
-			SegmentSize: s.opts.WALSegmentSize, Compression: s.opts.WALCompression,
-			Logger: s.log,
-		})
+		tail, err := wal.ReadTail(wal.Options{FS: s.opts.FS, Dir: s.walDir(), Logger: s.log})
 		if err != nil {
 			return err
 		}
-		s.w = w
-		m.Epochs[len(m.Epochs)-1].StartPosition = w.Tail()
+		m.Epochs[len(m.Epochs)-1].StartPosition = tail
+		if s.opts.testHookClaimPrepared != nil {
+			s.opts.testHookClaimPrepared()
+		}
 		return nil
 	}
 	c, err := s.claimWhenFree(ctx, owner, prepare)
 	if err != nil {
-		if s.w != nil {
-			s.w.Close()
-		}
 		return fmt.Errorf("engine: shard %s: claim: %w", s.name, err)
 	}
 	s.claim = c
+	w, err := wal.Open(wal.Options{
+		FS: s.opts.FS, Dir: s.walDir(), Epoch: c.Epoch,
+		SegmentSize: s.opts.WALSegmentSize, Compression: s.opts.WALCompression,
+		Logger: s.log,
+	})
+	if err != nil {
+		s.releaseOwner()
+		return fmt.Errorf("engine: shard %s: epoch %d: %w", s.name, c.Epoch, err)
+	}
+	s.w = w
 	s.setManifest(c.Manifest)
 	s.lastPos = s.w.Tail()
 	s.metrics.epoch.WithLabelValues(s.name).Set(float64(c.Epoch))

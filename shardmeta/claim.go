@@ -130,7 +130,7 @@ func (s *Store) claimOnce(ctx context.Context, shard string, owner Owner, lease 
 		return nil, err
 	}
 	if snap.owner != nil {
-		if isPending(snap.owner, lease, *pending) {
+		if isOurs(snap.owner, owner, lease, *pending) {
 			return s.adopt(shard, snap)
 		}
 		return nil, ownedError(shard, snap.owner)
@@ -236,25 +236,33 @@ func (s *Store) claimTxn(ctx context.Context, shard string, snap *snapshot, p *c
 		return nil, classify("claim", shard, err)
 	}
 	if !resp.Succeeded {
-		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 && kvs[0].Lease != int64(lease) {
 			return nil, ownedError(shard, kvs[0])
 		}
+		// No owner, or one under our own lease: an earlier attempt of ours
+		// applied after all; the next read adopts it.
 		return nil, errMoved
 	}
 	rev := resp.Header.Revision
 	return &Claim{Shard: shard, Epoch: p.epoch, Token: rev, Manifest: p.next.Clone(), Lease: lease, manifestRev: rev}, nil
 }
 
-func isPending(owner *mvccpb.KeyValue, lease clientv3.LeaseID, pending [][]byte) bool {
-	if owner.Lease != int64(lease) {
+// isOurs reports whether an owner key was written by one of our own claim
+// attempts: one whose outcome stayed unknown in this Claim (pending), or,
+// since a Claim may be retried whole after such an attempt and no other
+// writer can bind a key to our lease, any owner key under our lease naming
+// our writer.
+func isOurs(kv *mvccpb.KeyValue, owner Owner, lease clientv3.LeaseID, pending [][]byte) bool {
+	if kv.Lease != int64(lease) {
 		return false
 	}
 	for _, v := range pending {
-		if bytes.Equal(owner.Value, v) {
+		if bytes.Equal(kv.Value, v) {
 			return true
 		}
 	}
-	return false
+	var o Owner
+	return json.Unmarshal(kv.Value, &o) == nil && o.Writer == owner.Writer
 }
 
 // adopt turns a snapshot showing our own earlier, ambiguously failed claim

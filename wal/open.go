@@ -136,7 +136,7 @@ func (w *WAL) listSegments() ([]*segment, error) {
 		if !ok {
 			return nil, fmt.Errorf("wal: unexpected file %q in the WAL directory", name)
 		}
-		if epoch > w.opts.Epoch {
+		if epoch > w.opts.Epoch && !w.readOnly {
 			return nil, fmt.Errorf("%w: segment %s is of epoch %d, this writer's is %d",
 				ErrNewerEpoch, name, epoch, w.opts.Epoch)
 		}

@@ -48,7 +48,7 @@ func (w *WAL) recoverSegment(s *segment, next uint64, lastOfEpoch bool) error {
 		return err
 	}
 	s.size = res.end
-	own := s.epoch == w.opts.Epoch
+	own := s.epoch == w.opts.Epoch && !w.readOnly
 	switch {
 	case res.hole && (own || !lastOfEpoch):
 		return &CorruptionError{Segment: s.name, Offset: res.end, Err: res.why}

@@ -209,6 +209,12 @@ func (w *WAL) createSegment(index uint64) (*segment, vfs.File, error) {
 		return nil, nil, fmt.Errorf("wal: epoch %d has used all %d segment indexes", w.opts.Epoch, maxSegmentIndex)
 	}
 	name := segmentName(w.opts.Epoch, index)
+	// Create truncates: a segment that exists belongs to another writer of
+	// this epoch (a claim race lost without knowing it), whose acknowledged
+	// records must never be cut.
+	if _, err := w.fs.Stat(filepath.Join(w.dir, name)); err == nil {
+		return nil, nil, fmt.Errorf("create segment: %s already exists: another writer holds epoch %d", name, w.opts.Epoch)
+	}
 	f, err := w.fs.Create(filepath.Join(w.dir, name))
 	if err != nil {
 		return nil, nil, fmt.Errorf("create segment: %w", err)

@@ -24,6 +24,9 @@ type WAL struct {
 	log   *slog.Logger
 	m     *metrics
 	codec *codec
+	// readOnly marks a WAL made by ReadTail: it owns no epoch, so recovery
+	// treats every segment as another epoch's and never writes.
+	readOnly bool
 
 	mu sync.Mutex
 	// work wakes the syncer: data to write, a sync wanted, or Close.

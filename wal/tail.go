@@ -1,0 +1,43 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+)
+
+// ReadTail scans the WAL in opts.Dir as Open would and returns its tail,
+// the highest position any epoch's records cover (0 for an empty or
+// missing directory), without writing anything: it creates no segment,
+// truncates and repairs nothing, and treats every epoch's last segment as
+// another writer's (its torn tail or hole is the end of its data for now).
+// Each epoch's last segment is synced through a read-only handle, so the
+// tail it reports is durable.
+//
+// A claimant calls it before its claim transaction commits: until then the
+// directory may belong to a writer that won the claim race, and a file of
+// that writer's epoch must never be created or cut by the loser. Only
+// opts.FS, opts.Dir and opts.Logger are used.
+func ReadTail(opts Options) (uint64, error) {
+	opts.EnsureDefaults()
+	if opts.Dir == "" {
+		return 0, errors.New("wal: read tail: no directory")
+	}
+	if _, err := opts.FS.Stat(opts.Dir); errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	w := &WAL{opts: opts, fs: opts.FS, dir: opts.Dir, readOnly: true,
+		log: opts.Logger.With("component", "wal")}
+	if w.log == nil {
+		w.log = slog.New(slog.DiscardHandler)
+	}
+	segs, err := w.listSegments()
+	if err != nil {
+		return 0, fmt.Errorf("wal: read tail of %s: %w", opts.Dir, err)
+	}
+	if err := w.recover(segs); err != nil {
+		return 0, fmt.Errorf("wal: read tail of %s: %w", opts.Dir, err)
+	}
+	return w.assigned, nil
+}
