@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -17,11 +16,6 @@ import (
 	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/server"
 )
-
-// etcd is started by the first test that needs a real writer.
-var etcd etcdtest.Shared
-
-func TestMain(m *testing.M) { os.Exit(etcd.Run(m)) }
 
 // writer is a real server over a real engine host with shards s0 and s1.
 type writer struct {

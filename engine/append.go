@@ -36,6 +36,11 @@ type Result struct {
 // returns once they are durable in the WAL. A bad row rejects the whole
 // batch with a *schema.RowError and nothing of it is written.
 func (s *Shard) Append(ctx context.Context, rows []schema.Row, src Source) (Result, error) {
+	return s.AppendWith(ctx, rows, AppendOptions{Source: src})
+}
+
+// AppendWith is Append with a producer session (see Producer).
+func (s *Shard) AppendWith(ctx context.Context, rows []schema.Row, o AppendOptions) (Result, error) {
 	if len(rows) > s.opts.MaxBatchRows {
 		return Result{}, fmt.Errorf("%w: %d rows, the limit is %d", ErrBatchTooLarge, len(rows), s.opts.MaxBatchRows)
 	}
@@ -43,12 +48,17 @@ func (s *Shard) Append(ctx context.Context, rows []schema.Row, src Source) (Resu
 	if err != nil {
 		return Result{}, err
 	}
-	return s.AppendBatch(ctx, b, src)
+	return s.AppendBatchWith(ctx, b, o)
 }
 
 // AppendBatch appends a batch that was built against the table's schema.
 func (s *Shard) AppendBatch(ctx context.Context, b *schema.Batch, src Source) (Result, error) {
-	res, err := s.appendBatch(ctx, b, src)
+	return s.AppendBatchWith(ctx, b, AppendOptions{Source: src})
+}
+
+// AppendBatchWith is AppendBatch with a producer session (see Producer).
+func (s *Shard) AppendBatchWith(ctx context.Context, b *schema.Batch, o AppendOptions) (Result, error) {
+	res, err := s.appendBatch(ctx, b, o)
 	if err != nil {
 		s.metrics.appendErrors.WithLabelValues(s.name).Inc()
 		return Result{}, err
@@ -58,14 +68,29 @@ func (s *Shard) AppendBatch(ctx context.Context, b *schema.Batch, src Source) (R
 	return res, nil
 }
 
-func (s *Shard) appendBatch(ctx context.Context, b *schema.Batch, src Source) (Result, error) {
+func (s *Shard) checkAppend(b *schema.Batch, o AppendOptions) error {
 	if b.Schema.Fingerprint() != s.opts.Schema.Fingerprint() {
-		return Result{}, fmt.Errorf("engine: shard %s: batch built for another schema", s.name)
+		return fmt.Errorf("engine: shard %s: batch built for another schema", s.name)
 	}
 	if b.Len() > s.opts.MaxBatchRows {
-		return Result{}, fmt.Errorf("%w: %d rows, the limit is %d", ErrBatchTooLarge, b.Len(), s.opts.MaxBatchRows)
+		return fmt.Errorf("%w: %d rows, the limit is %d", ErrBatchTooLarge, b.Len(), s.opts.MaxBatchRows)
 	}
-	if err := s.checkLease(); err != nil {
+	if o.Producer.ID != "" {
+		if err := ValidateProducerID(o.Producer.ID); err != nil {
+			return err
+		}
+		if b.Len() == 0 {
+			return fmt.Errorf("%w: producer %q: a batch of no rows takes no sequence", ErrInvalidAppend, o.Producer.ID)
+		}
+	}
+	if err := ValidateSource(o.Source); err != nil {
+		return err
+	}
+	return s.checkLease()
+}
+
+func (s *Shard) appendBatch(ctx context.Context, b *schema.Batch, o AppendOptions) (Result, error) {
+	if err := s.checkAppend(b, o); err != nil {
 		return Result{}, err
 	}
 	// Reserve memory before taking the lock: waiting for budget under the
@@ -74,16 +99,18 @@ func (s *Shard) appendBatch(ctx context.Context, b *schema.Batch, src Source) (R
 	if err := s.acquire(ctx, reserved); err != nil {
 		return Result{}, err
 	}
+	meta := recordMeta{Producer: o.Producer, Count: uint64(b.Len()), Source: o.Source, Millis: s.opts.Now().UnixMilli()}
 	// Encode and compress outside the ordered section, so that producers
 	// do it in parallel; a batch with duplicates re-encodes under the lock.
 	buf := encodeBufs.Get().(*[]byte)
-	payload := b.Encode((*buf)[:0])
+	payload, kind := s.encodeRecord((*buf)[:0], meta, b)
 	pre, err := s.w.Prepare(payload)
 	if err != nil {
 		s.budget.Release(reserved)
 		return Result{}, fmt.Errorf("engine: shard %s: %w", s.name, err)
 	}
-	res, syncTo, used, err := s.write(b, pre, src)
+	pre.Kind = kind
+	res, syncTo, used, err := s.write(b, pre, meta)
 	pre.Release()
 	putEncodeBuf(buf, payload)
 	s.budget.Release(reserved - used)
@@ -101,6 +128,15 @@ func (s *Shard) appendBatch(ctx context.Context, b *schema.Batch, src Source) (R
 		return Result{}, fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
 	}
 	return res, nil
+}
+
+// encodeRecord appends b's WAL payload, with meta when it carries any, and
+// returns it with its kind.
+func (s *Shard) encodeRecord(dst []byte, meta recordMeta, b *schema.Batch) ([]byte, uint8) {
+	if meta.empty() {
+		return b.Encode(dst), kindBatch
+	}
+	return b.Encode(appendMeta(dst, meta)), kindMetaBatch
 }
 
 // encodeBufs recycles the buffers batches are encoded into for the WAL:
@@ -127,32 +163,56 @@ func (s *Shard) acquire(ctx context.Context, n int64) error {
 	return s.budget.Acquire(ctx, n, true)
 }
 
-// write runs the ordered section: deduplicate, assign positions, write the
-// WAL record, insert. It returns the position the caller must sync to and
-// the budget bytes the memtable now holds.
-func (s *Shard) write(b *schema.Batch, pre *wal.Prepared, src Source) (Result, uint64, int64, error) {
+// write runs the ordered section: check the producer's sequence,
+// deduplicate, assign positions, write the WAL record, insert. It returns
+// the position the caller must sync to and the budget bytes the memtable
+// now holds.
+func (s *Shard) write(b *schema.Batch, pre *wal.Prepared, meta recordMeta) (Result, uint64, int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.err(); err != nil {
 		return Result{}, 0, 0, err
 	}
+	res := Result{Generation: s.set.Active().Generation()}
+	if err := s.checkSource(meta.Source); err != nil {
+		return Result{}, 0, 0, err
+	}
+	if meta.Producer.ID != "" {
+		dup, err := s.checkSequence(meta.Producer, b.Len())
+		if err != nil {
+			return Result{}, 0, 0, err
+		}
+		if dup {
+			// Acknowledged before; s.lastPos covers it should it still
+			// be on its way to the disk.
+			res.Duplicates = b.Len()
+			return res, s.lastPos, 0, nil
+		}
+	}
 	fresh, dups := s.set.Filter(b)
-	res := Result{Duplicates: dups, Generation: s.set.Active().Generation()}
-	if fresh.Len() == 0 {
-		// All duplicates: the rows are already held, but the upstream
-		// offset still advances with the next committed generation.
-		s.set.Insert(fresh, 0, s.claim.Epoch, src.Name, src.Offset)
+	res.Duplicates = dups
+	if fresh.Len() == 0 && meta.empty() {
 		return res, s.lastPos, 0, nil
 	}
 	if s.opts.testHookBeforeWrite != nil {
 		s.opts.testHookBeforeWrite()
 	}
-	first, err := s.appendRecord(res.Generation, b, fresh, pre)
+	first, err := s.appendRecord(res.Generation, b, fresh, pre, meta)
 	if err != nil {
 		s.stop(err)
 		return Result{}, 0, 0, fmt.Errorf("engine: shard %s: %w", s.name, err)
 	}
-	s.set.Insert(fresh, first, s.claim.Epoch, src.Name, src.Offset)
+	s.set.Insert(fresh, first, s.claim.Epoch, meta.Source.Name, meta.Source.Offset)
+	s.noteProducer(meta)
+	if meta.Source.Name != "" {
+		s.sources[meta.Source.Name] = true
+	}
+	if fresh.Len() == 0 {
+		// A record of meta alone (every row a duplicate) takes one
+		// position and no row.
+		s.lastPos = first
+		return res, first, 0, nil
+	}
 	if s.set.Active().Bytes() >= 2*s.opts.FlushBytes {
 		// The flusher seals at FlushBytes; while it is busy flushing the
 		// memtable keeps growing, and a generation (and the memory to
@@ -166,13 +226,29 @@ func (s *Shard) write(b *schema.Batch, pre *wal.Prepared, src Source) (Result, u
 	return res, s.lastPos, memtable.EstimateBytes(fresh), nil
 }
 
+// checkSource refuses a new source beyond MaxSources. Callers hold mu.
+func (s *Shard) checkSource(src Source) error {
+	if src.Name == "" || s.sources[src.Name] || len(s.sources) < s.opts.MaxSources {
+		return nil
+	}
+	return fmt.Errorf("%w: shard %s already tracks offsets of %d sources, the limit; source %q is new",
+		ErrInvalidAppend, s.name, len(s.sources), src.Name)
+}
+
 // appendRecord appends fresh, the rows of b not already held, using b's
 // prepared record when nothing was filtered out. Callers hold mu.
-func (s *Shard) appendRecord(gen uint64, b, fresh *schema.Batch, pre *wal.Prepared) (uint64, error) {
-	if fresh.Len() == b.Len() {
+func (s *Shard) appendRecord(gen uint64, b, fresh *schema.Batch, pre *wal.Prepared, meta recordMeta) (uint64, error) {
+	if fresh.Len() == b.Len() && b.Len() > 0 {
 		return s.w.AppendPrepared(gen, uint32(fresh.Len()), pre)
 	}
-	return s.w.Append(gen, uint32(fresh.Len()), fresh.Encode(nil))
+	payload, kind := s.encodeRecord(nil, meta, fresh)
+	p, err := s.w.Prepare(payload)
+	if err != nil {
+		return 0, err
+	}
+	defer p.Release()
+	p.Kind = kind
+	return s.w.AppendPrepared(gen, uint32(max(fresh.Len(), 1)), p)
 }
 
 // checkLease enforces the acknowledgement rule: only while the lease is

@@ -38,7 +38,7 @@ func (s *Shard) lastCommitted() uint64 {
 // holds flushMu.
 func (s *Shard) flushOnce(ctx context.Context, sealActive bool) error {
 	s.mu.Lock()
-	if sealActive && s.set.Active().Len() > 0 {
+	if a := s.set.Active(); sealActive && (a.Len() > 0 || a.HasMeta()) {
 		s.set.Rotate()
 	}
 	s.mu.Unlock()
@@ -57,13 +57,18 @@ func (s *Shard) flushOnce(ctx context.Context, sealActive bool) error {
 // commits it to the manifest. On success the memtable is released.
 func (s *Shard) commitGeneration(ctx context.Context, m *memtable.Memtable) error {
 	start := time.Now()
-	if m.Len() == 0 {
+	if m.Len() == 0 && !m.HasMeta() {
 		return s.set.Release(m.Generation())
 	}
 	// Never commit rows the WAL has not made durable: a row in a committed
-	// generation must be one the WAL could replay.
+	// generation must be one the WAL could replay. A generation of meta
+	// alone has no row positions: sync everything written so far.
 	_, last := m.SeqRange()
-	if err := s.w.SyncTo(s.maxSeq(m, last)); err != nil {
+	syncTo := s.maxSeq(m, last)
+	if m.Len() == 0 {
+		syncTo = s.w.Tail()
+	}
+	if err := s.w.SyncTo(syncTo); err != nil {
 		s.stop(err)
 		return err
 	}
@@ -90,14 +95,33 @@ func (s *Shard) commitGeneration(ctx context.Context, m *memtable.Memtable) erro
 	s.pending = nil
 	prev := s.manifest
 	s.setManifest(next)
+	s.afterProducerCommit(prev, next)
 	s.persistSnapshots(ctx, prev, next)
 	s.removeDrained(s.pendingDrain)
 	s.pendingDrain = nil
 	if err := s.set.Release(m.Generation()); err != nil {
 		return err
 	}
+	if m.Len() == 0 {
+		s.log.Info("committed generation without rows (offsets and producer sequences only)", "generation", m.Generation())
+		return nil
+	}
 	s.afterCommit(f, time.Since(start))
 	return nil
+}
+
+// afterProducerCommit adopts the producer state the commit named and
+// removes the files of the states before it.
+func (s *Shard) afterProducerCommit(prev, next *shardmeta.Manifest) {
+	if next.ProducerState == nil || prev.ProducerState != nil && *prev.ProducerState == *next.ProducerState {
+		return
+	}
+	s.committedProducers = s.stagedProducers
+	s.stagedProducers = nil
+	s.mu.Lock()
+	s.expireLive()
+	s.mu.Unlock()
+	s.removeStaleProducerFiles()
 }
 
 // pendingCommit is a generation whose manifest commit ended without a
@@ -114,11 +138,17 @@ func (s *Shard) prepareCommit(ctx context.Context, m *memtable.Memtable) (genera
 	if p := s.pending; p != nil && p.gen == m.Generation() {
 		return p.file, p.next, nil
 	}
-	f, err := s.writeGeneration(ctx, m)
-	if err != nil {
-		return generation.File{}, nil, err
+	var f generation.File
+	if m.Len() > 0 {
+		var err error
+		if f, err = s.writeGeneration(ctx, m); err != nil {
+			return generation.File{}, nil, err
+		}
 	}
 	next := s.nextManifest(m, f)
+	if err := s.stageProducerState(m, next); err != nil {
+		return generation.File{}, nil, err
+	}
 	gone, kept := drained(next, s.baseWatermark(ctx))
 	next.Flushed = append([]shardmeta.Generation(nil), kept...)
 	s.pendingDrain = gone
@@ -150,12 +180,14 @@ func (s *Shard) writeGeneration(ctx context.Context, m *memtable.Memtable) (gene
 func (s *Shard) nextManifest(m *memtable.Memtable, f generation.File) *shardmeta.Manifest {
 	next := s.manifest.Clone()
 	g := m.Generation()
-	next.Flushed = append(next.Flushed, shardmeta.Generation{
-		Number: g, File: f.Name, Rows: f.Meta.Rows, Bytes: f.Size,
-		SeqFirst: f.Meta.SeqFirst, SeqLast: f.Meta.SeqLast, Epoch: s.claim.Epoch,
-	})
 	next.CurrentGeneration = g + 1
-	next.ReplayCursor = f.Meta.SeqLast
+	if m.Len() > 0 {
+		next.Flushed = append(next.Flushed, shardmeta.Generation{
+			Number: g, File: f.Name, Rows: f.Meta.Rows, Bytes: f.Size,
+			SeqFirst: f.Meta.SeqFirst, SeqLast: f.Meta.SeqLast, Epoch: s.claim.Epoch,
+		})
+		next.ReplayCursor = f.Meta.SeqLast
+	}
 	if s.replayEnd != 0 && g == s.replayEnd {
 		next.Epochs[len(next.Epochs)-1].ReplayEndGeneration = g
 	}
@@ -202,6 +234,7 @@ func (s *Shard) flusher() {
 			return
 		case <-s.kick:
 		case <-tick.C:
+			s.retryPersists()
 			if !s.due() {
 				s.backgroundDrain()
 				continue
@@ -235,7 +268,10 @@ func (s *Shard) due() bool { return s.set.Oldest() != nil || s.activeDue() }
 func (s *Shard) activeDue() bool {
 	a := s.set.Active()
 	if a.Len() == 0 {
-		return false
+		// Offsets and producer marks of all-duplicate batches must reach
+		// the manifest too: by age.
+		since := a.MetaSince()
+		return !since.IsZero() && s.opts.FlushAge > 0 && s.opts.Now().Sub(since) >= s.opts.FlushAge
 	}
 	if a.Bytes() >= s.opts.FlushBytes {
 		return true

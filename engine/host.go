@@ -29,9 +29,14 @@ type Host struct {
 	shards  map[string]*Shard
 	closing bool
 
-	// bg bounds background work (re-claims); Close cancels it first.
+	// bg bounds background work (lease watchers, re-claims); Close cancels
+	// it first, then waits for bgWG. bgMu guards bgClosed, so that no
+	// goroutine is added to bgWG once Close waits for it.
 	bg       context.Context
 	bgCancel context.CancelFunc
+	bgMu     sync.Mutex
+	bgClosed bool
+	bgWG     sync.WaitGroup
 }
 
 // NewHost validates opts and returns a host with no shards open.
@@ -87,20 +92,47 @@ func (h *Host) ensureLease(ctx context.Context) error {
 	if h.lease != nil && !h.lease.isLost() {
 		return nil
 	}
+	if h.lease != nil {
+		h.lease.stop() // marked lost from outside, its keepalive loop may still run
+		h.lease = nil
+	}
 	l, err := grantLease(ctx, h.opts.Etcd, h.opts.LeaseTTL, h.opts.LeaseMargin, h.opts.RequestTimeout, h.opts.Logger)
 	if err != nil {
 		return err
 	}
-	h.lease = l
-	go func() {
-		<-l.lost
+	watch := func() {
+		select {
+		case <-l.lost:
+		case <-h.bg.Done(): // Close: it closes the shards itself
+			return
+		}
 		for _, s := range h.Shards() {
 			if s.lease == l {
 				s.stop(fmt.Errorf("%w: shard %s: the writer's lease was lost", ErrFenced, s.name))
 			}
 		}
-	}()
+	}
+	if !h.goBackground(watch) {
+		return errors.Join(fmt.Errorf("%w: the host is closed", ErrClosed), l.close())
+	}
+	h.lease = l
 	return nil
+}
+
+// goBackground runs f in a goroutine that Close waits for; f must return
+// soon after h.bg ends. Once Close began it runs nothing and reports false.
+func (h *Host) goBackground(f func()) bool {
+	h.bgMu.Lock()
+	defer h.bgMu.Unlock()
+	if h.bgClosed {
+		return false
+	}
+	h.bgWG.Add(1)
+	go func() {
+		defer h.bgWG.Done()
+		f()
+	}()
+	return true
 }
 
 // Reclaim closes shard name if it is open (a fenced shard commits nothing
@@ -144,7 +176,13 @@ func (h *Host) checkLeaseAlive(ctx context.Context) {
 	}
 }
 
+// reclaimInBackground is a fenced shard's hook: it starts the re-claim in a
+// goroutine that Close waits for. It never blocks on the host's locks.
 func (h *Host) reclaimInBackground(old *Shard) {
+	h.goBackground(func() { h.reclaimFenced(old) })
+}
+
+func (h *Host) reclaimFenced(old *Shard) {
 	h.mu.Lock()
 	current, closing := h.shards[old.name], h.closing
 	h.mu.Unlock()
@@ -181,10 +219,14 @@ func (h *Host) Shards() []*Shard {
 	return out
 }
 
-// Close closes every shard, then revokes the lease so successors can claim
-// at once.
+// Close ends the background work and waits for it, closes every shard,
+// then revokes the lease so successors can claim at once.
 func (h *Host) Close(ctx context.Context) error {
+	h.bgMu.Lock()
+	h.bgClosed = true
+	h.bgMu.Unlock()
 	h.bgCancel()
+	h.bgWG.Wait()   // a re-claim may wait for a running Open, as Close does
 	h.openMu.Lock() // after a running Open: its ctx, not Close, bounds it
 	defer h.openMu.Unlock()
 	h.mu.Lock()

@@ -96,6 +96,8 @@ func (l *lease) keepAlive(ctx context.Context, ttl time.Duration) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-l.lost: // marked lost from outside (checkLeaseAlive)
+			return
 		case <-timer.C:
 		}
 		answered, err := l.renew(ctx, attempt)
@@ -138,11 +140,17 @@ func (l *lease) renew(ctx context.Context, attempt time.Duration) (bool, error) 
 	return true, nil
 }
 
+// stop ends the keepalives and waits for their goroutine; it may be called
+// more than once.
+func (l *lease) stop() {
+	l.cancel()
+	<-l.done
+}
+
 // close stops the keepalives and revokes the lease, which deletes every
 // owner key bound to it so successors claim at once.
 func (l *lease) close() error {
-	l.cancel()
-	<-l.done
+	l.stop()
 	ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
 	defer cancel()
 	_, err := l.cli.Revoke(ctx, l.id)

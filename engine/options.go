@@ -77,6 +77,19 @@ type Options struct {
 	// further) is logged, never fatal. The store stays the caller's.
 	Snapshots snapshot.Store
 
+	// ProducerExpiry is how long a producer session's state outlives its
+	// last append; default DefaultProducerExpiry (7 days). A producer that
+	// comes back later is unknown and must start a new session.
+	ProducerExpiry time.Duration
+	// MaxProducers bounds the producer sessions a shard tracks; default
+	// DefaultMaxProducers. A new producer beyond it is refused
+	// (ErrTooManyProducers) until idle ones expire.
+	MaxProducers int
+	// MaxSources bounds the sources a shard tracks offsets for; default
+	// DefaultMaxSources. An append naming a new source beyond it is refused
+	// (ErrInvalidAppend).
+	MaxSources int
+
 	// ReclaimOnFence makes the host claim a fenced shard again, with a new
 	// lease and epoch, in the background (waiting, as any claim does, for
 	// the current owner key to go). Default off: a fenced shard stays
@@ -130,6 +143,9 @@ func (o *Options) EnsureDefaults() {
 	setDefault(&o.FlushAge, 30*time.Second)
 	setDefault(&o.MemoryBudget, 512<<20)
 	setDefault(&o.MaxBatchRows, 100000)
+	setDefault(&o.ProducerExpiry, DefaultProducerExpiry)
+	setDefault(&o.MaxProducers, DefaultMaxProducers)
+	setDefault(&o.MaxSources, DefaultMaxSources)
 	if o.Codec == "" {
 		o.Codec = "snappy"
 	}
@@ -164,6 +180,9 @@ func (o *Options) Validate() error {
 	check(o.MemoryBudget < o.FlushBytes, "memory budget %d is below flush bytes %d: a memtable could never fill", o.MemoryBudget, o.FlushBytes)
 	check(o.BudgetWait < 0, "budget wait %v is negative", o.BudgetWait)
 	check(o.MaxBatchRows <= 0, "max batch rows %d must be positive", o.MaxBatchRows)
+	check(o.ProducerExpiry <= 0, "producer expiry %v must be positive", o.ProducerExpiry)
+	check(o.MaxProducers <= 0, "max producers %d must be positive", o.MaxProducers)
+	check(o.MaxSources <= 0, "max sources %d must be positive", o.MaxSources)
 	check(o.Codec != "snappy" && o.Codec != "zstd" && o.Codec != "none", "unknown codec %q (want snappy, zstd or none)", o.Codec)
 	if err := o.Schema.Validate(); err != nil {
 		errs = append(errs, err)

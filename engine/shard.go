@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,12 @@ type Shard struct {
 	// guards lastPos and the choice of the active generation.
 	mu      sync.Mutex
 	lastPos uint64
+	// producers is every producer session's live mark, acknowledged or in
+	// flight; guarded by mu.
+	producers producerState
+	// sources are the source names the shard tracks (the committed ones
+	// and those in memtables), to bound them; guarded by mu.
+	sources map[string]bool
 
 	// stopErr is set once: fenced, stopped after a WAL failure, or closed.
 	stopErr atomic.Pointer[error]
@@ -59,6 +66,20 @@ type Shard struct {
 	// nothing); recorded in the epoch's provenance when it commits.
 	replayEnd uint64
 
+	// committedProducers is the producer state as of the committed
+	// generations, the one the manifest's producer-state file holds;
+	// guarded by flushMu.
+	committedProducers producerState
+	// stagedProducers is the state a commit in progress names; guarded by
+	// flushMu.
+	stagedProducers producerState
+
+	// persistMu guards the snapshot persists that have not landed yet.
+	persistMu      sync.Mutex
+	unpersisted    map[string]int64
+	persistBackoff time.Duration
+	persistRetryAt time.Time
+
 	// snapshots are the resume points loaded at open.
 	snapshots map[string]snapshot.Snapshot
 
@@ -79,11 +100,12 @@ func (s *Shard) walDir() string {
 func openShard(ctx context.Context, o *Options, name string, l *lease, budget *memtable.Budget, m *metrics) (*Shard, error) {
 	s := &Shard{
 		name: name, opts: o, budget: budget, metrics: m, lease: l,
-		genDir: filepath.Join(o.DataDir, o.Table, "shards", name, "gen"),
-		store:  shardmeta.NewStore(o.Etcd, shardmeta.Keys{Prefix: o.Prefix, Table: o.Table}, shardmeta.StoreOptions{RequestTimeout: o.RequestTimeout, Logger: o.Logger}),
-		log:    o.Logger.With("shard", name),
-		kick:   make(chan struct{}, 1),
-		quit:   make(chan struct{}),
+		genDir:      filepath.Join(o.DataDir, o.Table, "shards", name, "gen"),
+		store:       shardmeta.NewStore(o.Etcd, shardmeta.Keys{Prefix: o.Prefix, Table: o.Table}, shardmeta.StoreOptions{RequestTimeout: o.RequestTimeout, Logger: o.Logger}),
+		log:         o.Logger.With("shard", name),
+		kick:        make(chan struct{}, 1),
+		unpersisted: map[string]int64{},
+		quit:        make(chan struct{}),
 	}
 	for _, dir := range []string{s.genDir, s.walDir()} {
 		if err := vfs.MkdirAllDurable(o.FS, dir, 0o755); err != nil {
@@ -173,6 +195,9 @@ func (s *Shard) recover(ctx context.Context) error {
 		return err
 	}
 	m := s.manifest
+	if err := s.loadSessions(); err != nil {
+		return err
+	}
 	s.set = memtable.NewSet(s.opts.Schema, m.CurrentGeneration, s.budget, s.opts.Now)
 	start := time.Now()
 	rows, err := s.replay(ctx, m.ReplayCursor, s.w.Tail())
@@ -185,6 +210,22 @@ func (s *Shard) recover(ctx context.Context) error {
 	s.metrics.replayRows.WithLabelValues(s.name).Add(float64(rows))
 	s.metrics.replaySeconds.WithLabelValues(s.name).Set(time.Since(start).Seconds())
 	s.log.Info("replayed WAL tail", "rows", rows, "from", m.ReplayCursor, "to", s.w.Tail(), "duration", time.Since(start))
+	return nil
+}
+
+// loadSessions restores the committed producer state and the tracked
+// sources from the manifest; replay then moves them past the WAL tail.
+func (s *Shard) loadSessions() error {
+	st, err := s.loadProducerState(s.manifest.ProducerState)
+	if err != nil {
+		return err
+	}
+	s.committedProducers, s.producers = st, maps.Clone(st)
+	s.sources = make(map[string]bool, len(s.manifest.SourceOffsets))
+	for src := range s.manifest.SourceOffsets {
+		s.sources[src] = true
+	}
+	s.removeStaleProducerFiles()
 	return nil
 }
 
@@ -236,11 +277,11 @@ func (s *Shard) replay(ctx context.Context, from, to uint64) (int, error) {
 			return fmt.Errorf("%w: record at position %d (epoch %d) overlaps position %d already replayed", ErrReplay, h.FirstPos, h.Epoch, last)
 		}
 		last = h.FirstPos + uint64(h.Count) - 1
-		b, err := s.opts.Schema.Decode(payload)
+		meta, b, err := decodeRecord(s.opts.Schema, h.Kind, payload)
 		if err != nil {
 			return fmt.Errorf("record at position %d: %w", h.FirstPos, err)
 		}
-		n, err := s.replayBatch(ctx, b, h)
+		n, err := s.replayBatch(ctx, b, h, meta)
 		rows += n
 		return err
 	})
@@ -307,12 +348,9 @@ func committedBy(m *shardmeta.Manifest, e uint64) uint64 {
 // when the active memtable is full it is flushed before the record goes in,
 // so the last replayed row always lands in the active memtable, whose
 // generation is the one recorded as the end of the replay.
-func (s *Shard) replayBatch(ctx context.Context, b *schema.Batch, h wal.Header) (int, error) {
+func (s *Shard) replayBatch(ctx context.Context, b *schema.Batch, h wal.Header, meta recordMeta) (int, error) {
 	fresh, _ := s.set.Filter(b)
-	if fresh.Len() == 0 {
-		return 0, nil
-	}
-	if s.set.Active().Bytes() >= s.opts.FlushBytes {
+	if fresh.Len() > 0 && s.set.Active().Bytes() >= s.opts.FlushBytes {
 		if err := s.flushOnce(ctx, true); err != nil {
 			return 0, err
 		}
@@ -320,18 +358,33 @@ func (s *Shard) replayBatch(ctx context.Context, b *schema.Batch, h wal.Header) 
 	if err := s.budget.Acquire(ctx, memtable.EstimateBytes(fresh), true); err != nil {
 		return 0, err
 	}
-	if fresh.Len() != b.Len() {
+	defer s.replayMeta(meta)
+	switch {
+	case fresh.Len() == 0:
+		s.set.Insert(fresh, 0, h.Epoch, meta.Source.Name, meta.Source.Offset)
+		return 0, nil
+	case fresh.Len() != b.Len():
 		// Positions stay those of the WAL; only whole records keep them
 		// dense, so a partially duplicate record keeps each row's own.
-		return fresh.Len(), s.insertSparse(b, fresh, h)
+		return fresh.Len(), s.insertSparse(b, fresh, h, meta.Source)
 	}
-	s.set.Insert(fresh, h.FirstPos, h.Epoch, "", 0)
+	s.set.Insert(fresh, h.FirstPos, h.Epoch, meta.Source.Name, meta.Source.Offset)
 	return fresh.Len(), nil
+}
+
+// replayMeta restores what a replayed record carries besides rows.
+func (s *Shard) replayMeta(meta recordMeta) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.noteProducer(meta)
+	if meta.Source.Name != "" {
+		s.sources[meta.Source.Name] = true
+	}
 }
 
 // insertSparse inserts the rows of b that survived deduplication, one at a
 // time, each with the position it had in the WAL.
-func (s *Shard) insertSparse(b, fresh *schema.Batch, h wal.Header) error {
+func (s *Shard) insertSparse(b, fresh *schema.Batch, h wal.Header, src Source) error {
 	keep := make(map[string]bool, fresh.Len())
 	for _, id := range fresh.IDs {
 		keep[id] = true
@@ -343,7 +396,7 @@ func (s *Shard) insertSparse(b, fresh *schema.Batch, h wal.Header) error {
 		delete(keep, id) // a repeat within the record is a duplicate
 		one := s.opts.Schema.NewBatch(1)
 		one.AppendRow(b, i)
-		s.set.Insert(one, h.FirstPos+uint64(i), h.Epoch, "", 0)
+		s.set.Insert(one, h.FirstPos+uint64(i), h.Epoch, src.Name, src.Offset)
 	}
 	return nil
 }

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"testing"
 
 	"github.com/rollwal/rollwal/internal/vfs"
@@ -65,4 +67,52 @@ func TestSnapshotsFollowCommits(t *testing.T) {
 	if got := s.Snapshots()["p0"].Offset; got != 100 {
 		t.Fatalf("reopened shard exposes offset %d for p0, want 100", got)
 	}
+}
+
+// failingStore fails the first n persists, as a snapshot store that is
+// down would, then passes them to the real store.
+type failingStore struct {
+	snapshot.Store
+	mu   sync.Mutex
+	left int
+}
+
+func (f *failingStore) Persist(ctx context.Context, k snapshot.Key, v snapshot.Snapshot) error {
+	f.mu.Lock()
+	fail := f.left > 0
+	f.left--
+	f.mu.Unlock()
+	if fail {
+		return errors.New("injected: snapshot store unavailable")
+	}
+	return f.Store.Persist(ctx, k, v)
+}
+
+// TestFailedPersistIsRetried: a persist that failed after a commit is
+// retried in the background, with nothing else changing the offset, until
+// it lands; and a writer that died between its commit and its persist has
+// its successor persist the committed offset.
+func TestFailedPersistIsRetried(t *testing.T) {
+	ctx := context.Background()
+	opts := testOptions(vfs.NewStrictMem(), tableName(t, ""))
+	real, err := snapshot.NewEtcd(etcdClient, "snapshots/"+opts.Table, snapshot.EtcdOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &failingStore{Store: real, left: 3}
+	opts.Snapshots = store
+	h := openHost(t, opts)
+	defer h.Close(ctx)
+	s := mustOpen(t, h, "s0")
+	if _, err := s.Append(ctx, rows("p", 0, 3), Source{Name: "stream-a", Offset: 30}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	key := snapshot.Key{Table: opts.Table, Shard: "s0", Source: "stream-a"}
+	waitFor(t, "the failed persist to be retried and land", func() bool {
+		got, err := real.Get(ctx, key)
+		return err == nil && got.Offset == 30
+	})
 }

@@ -23,7 +23,19 @@ type Memtable struct {
 	sealed  bool
 	created time.Time
 	sources map[string]int64
-	arena   arena
+	// producers is, per producer session, the next expected sequence and
+	// the last append's time (Unix milliseconds) that this generation's
+	// records carry.
+	producers map[string]ProducerMark
+	metaSince time.Time
+	arena     arena
+}
+
+// ProducerMark is where a producer session stands after a generation's
+// records: its next expected sequence and when it last appended.
+type ProducerMark struct {
+	Next       uint64
+	SeenMillis int64
 }
 
 func newMemtable(s *schema.Schema, gen uint64, mu *sync.Mutex) *Memtable {
@@ -130,6 +142,47 @@ func (m *Memtable) appendLocked(b *schema.Batch, firstSeq, epoch uint64, charge 
 	}
 	m.bytes += charge
 	return m.rows.IDs[start:]
+}
+
+// Producers returns a copy of the producer marks of this generation.
+func (m *Memtable) Producers() map[string]ProducerMark {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.producers)
+}
+
+// HasMeta reports whether the memtable carries source offsets or producer
+// marks: even without rows it must then be committed, so that they reach
+// the manifest.
+func (m *Memtable) HasMeta() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.sources) > 0 || len(m.producers) > 0
+}
+
+func (m *Memtable) noteProducerLocked(id string, mark ProducerMark, now time.Time) {
+	if m.producers == nil {
+		m.producers = make(map[string]ProducerMark)
+	}
+	cur := m.producers[id]
+	m.producers[id] = ProducerMark{Next: max(cur.Next, mark.Next), SeenMillis: max(cur.SeenMillis, mark.SeenMillis)}
+	m.touchLocked(now)
+}
+
+// touchLocked starts the metadata age clock (MetaSince).
+func (m *Memtable) touchLocked(now time.Time) {
+	if m.metaSince.IsZero() {
+		m.metaSince = now
+	}
+}
+
+// MetaSince is when the first source offset or producer mark arrived, for
+// age-based flushes of a memtable whose rows were all duplicates; zero
+// while it has none.
+func (m *Memtable) MetaSince() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.metaSince
 }
 
 func (m *Memtable) noteSourceLocked(source string, offset int64) {

@@ -144,7 +144,20 @@ func (s *Set) Insert(b *schema.Batch, firstSeq, epoch uint64, source string, off
 	}
 	if source != "" {
 		s.active.noteSourceLocked(source, offset)
+		s.active.touchLocked(s.now())
 	}
+}
+
+// NoteProducer records in the active memtable where a producer session
+// stands after a record of it: the generation that commits the memtable
+// carries the mark to the producer state.
+func (s *Set) NoteProducer(id string, mark ProducerMark) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		panic("memtable: NoteProducer on a closed Set")
+	}
+	s.active.noteProducerLocked(id, mark, s.now())
 }
 
 func (s *Set) insertLocked(b *schema.Batch, firstSeq, epoch uint64) {

@@ -7,35 +7,16 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/internal/etcdembed/etcdtest"
 	"github.com/rollwal/rollwal/internal/vfs"
 )
-
-var etcdClient *clientv3.Client
-
-// etcd is the package's one embedded server.
-var etcd etcdtest.Shared
-
-func TestMain(m *testing.M) { os.Exit(runTests(m)) }
-
-func runTests(m *testing.M) int {
-	srv, err := etcd.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start embedded etcd:", err)
-		return 1
-	}
-	etcdClient = srv.Client()
-	return etcd.Run(m)
-}
 
 type fixture struct {
 	host *engine.Host
@@ -46,12 +27,22 @@ type fixture struct {
 // newFixture serves shard "s0" of a fresh table on an in-memory filesystem.
 func newFixture(t *testing.T, maxBody int64) *fixture {
 	t.Helper()
+	return newFixtureWith(t, maxBody, nil)
+}
+
+// newFixtureWith is newFixture with the engine's options changed by edit.
+func newFixtureWith(t *testing.T, maxBody int64, edit func(*engine.Options)) *fixture {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	host, err := engine.NewHost(engine.Options{
+	opts := engine.Options{
 		DataDir: "/data", FS: vfs.NewStrictMem(), Table: etcdtest.Name(t, "", 100),
 		Etcd: etcdClient, WALSegmentSize: 64 << 10, FlushBytes: 1 << 20, FlushAge: -1, MemoryBudget: 64 << 20,
 		MaxBatchRows: 1000, Registerer: reg,
-	})
+	}
+	if edit != nil {
+		edit(&opts)
+	}
+	host, err := engine.NewHost(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +342,7 @@ func TestFencedIs409(t *testing.T) {
 	for i := 0; ; i++ {
 		code, b := f.post(t, "/v1/shards/s0/rows", ndjson(fmt.Sprintf("x%d", i)))
 		if code == http.StatusConflict {
-			if e := decode[apiError](t, b); !strings.Contains(e.Error, "not owned here") {
+			if e := decode[apiError](t, b); !strings.Contains(e.Error, "not owned here") || e.Code != codeNotOwner {
 				t.Fatalf("409 without saying why: %s", b)
 			}
 			break

@@ -52,8 +52,10 @@ func (m *Manifest) Encode() ([]byte, error) {
 // shape describes the JSON structure of the manifest for checkStructure.
 type shape struct {
 	kind   shapeKind
-	fields map[string]*shape // kindStruct: every field, all required
+	fields map[string]*shape // kindStruct: every field, all required but those in optional
 	elem   *shape            // kindArray, kindMap
+	// optional fields of a kindStruct may be absent (never null).
+	optional map[string]bool
 }
 
 type shapeKind int
@@ -79,7 +81,10 @@ var (
 			"replay_end_generation": scalar,
 		}}},
 		"source_offsets": {kind: kindMap, elem: scalar},
-	}}
+		"producer_state": {kind: kindStruct, fields: map[string]*shape{
+			"file": scalar, "size": scalar, "crc32c": scalar, "producers": scalar,
+		}},
+	}, optional: map[string]bool{"producer_state": true}}
 )
 
 // checkStructure walks the JSON tokens of data against manifestShape.
@@ -165,7 +170,7 @@ func missingFields(sh *shape, seen map[string]bool, path string) error {
 	}
 	var missing []string
 	for name := range sh.fields {
-		if !seen[name] {
+		if !seen[name] && !sh.optional[name] {
 			missing = append(missing, name)
 		}
 	}

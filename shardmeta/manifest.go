@@ -64,6 +64,20 @@ type Manifest struct {
 	// SourceOffsets is the highest producer offset per source covered by
 	// committed generations.
 	SourceOffsets map[string]int64 `json:"source_offsets"`
+	// ProducerState names the producer-state file that holds every
+	// producer session's next expected sequence as of the committed
+	// generations; absent before the first producer appeared.
+	ProducerState *ProducerStateRef `json:"producer_state,omitempty"`
+}
+
+// ProducerStateRef names one producer-state file (relative to the shard's
+// data directory, like Generation.File) and what it must hold, so that a
+// reader refuses a damaged or substituted file.
+type ProducerStateRef struct {
+	File      string `json:"file"`
+	Size      int64  `json:"size"`
+	CRC32C    uint32 `json:"crc32c"`
+	Producers int    `json:"producers"`
 }
 
 // NewManifest returns the manifest of a shard that was never claimed:
@@ -85,6 +99,10 @@ func (m *Manifest) Clone() *Manifest {
 	c.Flushed = append([]Generation{}, m.Flushed...)
 	c.Epochs = append([]EpochRecord{}, m.Epochs...)
 	c.SourceOffsets = maps.Clone(m.SourceOffsets)
+	if m.ProducerState != nil {
+		ps := *m.ProducerState
+		c.ProducerState = &ps
+	}
 	if c.SourceOffsets == nil {
 		c.SourceOffsets = map[string]int64{}
 	}

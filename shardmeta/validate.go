@@ -39,6 +39,9 @@ func (m *Manifest) Validate() error {
 	if err := m.validateEpochs(); err != nil {
 		return err
 	}
+	if err := m.validateProducerState(); err != nil {
+		return err
+	}
 	return m.validateOffsets()
 }
 
@@ -177,6 +180,20 @@ func validateEpochOrder(i int, prev, r *EpochRecord) error {
 	case prev.ReplayEndGeneration != 0 && prev.ReplayEndGeneration >= r.StartGeneration:
 		return invalidf("epochs[%d] (epoch %d): replay_end_generation %d is not below start_generation %d of epoch %d",
 			i-1, prev.Epoch, prev.ReplayEndGeneration, r.StartGeneration, r.Epoch)
+	}
+	return nil
+}
+
+func (m *Manifest) validateProducerState() error {
+	ps := m.ProducerState
+	if ps == nil {
+		return nil
+	}
+	if err := checkFile(ps.File); err != nil {
+		return invalidf("producer_state.file %q %v", ps.File, err)
+	}
+	if ps.Size < 0 || ps.Producers < 0 {
+		return invalidf("producer_state: size %d and producers %d must not be negative", ps.Size, ps.Producers)
 	}
 	return nil
 }

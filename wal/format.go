@@ -23,9 +23,13 @@ const (
 	// allocate an absurd buffer.
 	MaxPayloadSize = 64 << 20
 
-	// codecMask selects the compression codec from the flags word. The
-	// other flag bits are reserved and must be zero.
+	// codecMask selects the compression codec from the flags word.
 	codecMask = 0xff
+	// kindShift and kindMask place the payload kind (Header.Kind, opaque to
+	// the WAL) in bits 8–15 of the flags word. Bits 16–31 are reserved and
+	// must be zero.
+	kindShift = 8
+	kindMask  = 0xff << kindShift
 
 	// segmentSuffix ends every segment file name.
 	segmentSuffix = ".wal"
@@ -54,6 +58,9 @@ type Header struct {
 	Generation uint64
 	FirstPos   uint64
 	Count      uint32
+	// Kind tells the writer's readers how to decode the payload; the WAL
+	// stores it and never looks at it. 0 for records of format version 1.
+	Kind uint8
 }
 
 // lastPos is the highest position the record covers.
@@ -79,7 +86,7 @@ func appendRecord(dst []byte, h recordHeader, payload []byte) []byte {
 	start := len(dst)
 	var hdr [headerSize]byte
 	binary.LittleEndian.PutUint32(hdr[offLength:], uint32(len(payload)))
-	binary.LittleEndian.PutUint32(hdr[offFlags:], uint32(h.codec))
+	binary.LittleEndian.PutUint32(hdr[offFlags:], uint32(h.codec)|uint32(h.Kind)<<kindShift)
 	binary.LittleEndian.PutUint64(hdr[offEpoch:], h.Epoch)
 	binary.LittleEndian.PutUint64(hdr[offGen:], h.Generation)
 	binary.LittleEndian.PutUint64(hdr[offFirst:], h.FirstPos)
@@ -120,6 +127,7 @@ func decodeHeader(b []byte) recordHeader {
 			Generation: binary.LittleEndian.Uint64(b[offGen:]),
 			FirstPos:   binary.LittleEndian.Uint64(b[offFirst:]),
 			Count:      binary.LittleEndian.Uint32(b[offCount:]),
+			Kind:       uint8((flags & kindMask) >> kindShift),
 		},
 		length:    binary.LittleEndian.Uint32(b[offLength:]),
 		crc:       binary.LittleEndian.Uint32(b[offCRC:]),
@@ -169,7 +177,7 @@ func parseRecord(b []byte, epoch uint64) (recordHeader, error) {
 // format this reader does not know.
 func (h recordHeader) validate() error {
 	switch {
-	case h.flags&^codecMask != 0 || !h.codec.valid():
+	case h.flags&^(codecMask|kindMask) != 0 || !h.codec.valid():
 		return fmt.Errorf("%w: unknown flags %#x", errInvalid, h.flags)
 	case h.Count == 0:
 		return fmt.Errorf("%w: covers no position", errInvalid)

@@ -111,6 +111,9 @@ func (w *WAL) Append(gen uint64, count uint32, payload []byte) (first uint64, er
 // lock of their own (the engine's shard) compress before taking it, and
 // many producers compress in parallel.
 type Prepared struct {
+	// Kind is stored in the record's header (Header.Kind); set it before
+	// AppendPrepared. Default 0.
+	Kind      uint8
 	c         *codec
 	buf       *[]byte
 	stored    []byte
@@ -147,7 +150,7 @@ func (w *WAL) AppendPrepared(gen uint64, count uint32, p *Prepared) (first uint6
 		return 0, errors.New("wal: record prepared by another WAL")
 	}
 	h := recordHeader{
-		Header:    Header{Epoch: w.opts.Epoch, Generation: gen, Count: count},
+		Header:    Header{Epoch: w.opts.Epoch, Generation: gen, Count: count, Kind: p.Kind},
 		codec:     p.kind,
 		rawLength: p.rawLength,
 	}

@@ -208,7 +208,7 @@ func TestReplayInterleavedEpochs(t *testing.T) {
 	// A range inside the overlap returns both epochs' records.
 	gots := replayAll(t, w, 6, 8)
 	if fmt.Sprint(headers(gots)) != fmt.Sprint([]Header{
-		{1, 1, 6, 2}, {2, 1, 6, 2}, {1, 1, 8, 1}, {2, 1, 8, 1}}) {
+		{1, 1, 6, 2, 0}, {2, 1, 6, 2, 0}, {1, 1, 8, 1, 0}, {2, 1, 8, 1, 0}}) {
 		t.Fatalf("replay (6, 8] = %v", headers(gots))
 	}
 }

@@ -1,0 +1,254 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"maps"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/memtable"
+	"github.com/rollwal/rollwal/shardmeta"
+)
+
+// producerState is every producer session's mark: its next expected
+// sequence and when it last appended.
+type producerState map[string]memtable.ProducerMark
+
+// producerDirName is where a shard keeps its producer-state files,
+// relative to the shard's directory.
+const producerDirName = "producers"
+
+func (s *Shard) shardDir() string { return filepath.Join(s.opts.DataDir, s.opts.Table, "shards", s.name) }
+
+// checkSequence decides a producer's batch of count rows at p.Seq against
+// its live mark: dup reports a batch wholly below the next expected
+// sequence (acknowledged before). Callers hold mu.
+func (s *Shard) checkSequence(p Producer, count int) (dup bool, err error) {
+	mark, known := s.producers[p.ID]
+	switch {
+	case known && p.Seq+uint64(count) <= mark.Next:
+		return true, nil
+	case known && p.Seq == mark.Next:
+		return false, nil
+	case !known && p.Seq == 0:
+		return false, s.makeRoomForProducer()
+	}
+	return false, &SequenceError{Shard: s.name, Producer: p.ID, Seq: p.Seq, Count: count, Expected: mark.Next, Unknown: !known}
+}
+
+// makeRoomForProducer lets a new producer in unless the shard already
+// tracks MaxProducers that are not idle past their expiry. Callers hold mu.
+func (s *Shard) makeRoomForProducer() error {
+	if len(s.producers) < s.opts.MaxProducers {
+		return nil
+	}
+	s.expireLive()
+	if len(s.producers) < s.opts.MaxProducers {
+		return nil
+	}
+	return fmt.Errorf("%w: shard %s tracks %d producer sessions, the limit (idle ones expire after %v)",
+		ErrTooManyProducers, s.name, len(s.producers), s.opts.ProducerExpiry)
+}
+
+// expireLive forgets producers idle past their expiry. Callers hold mu.
+func (s *Shard) expireLive() {
+	cutoff := s.expiryCutoff()
+	maps.DeleteFunc(s.producers, func(_ string, m memtable.ProducerMark) bool { return m.SeenMillis < cutoff })
+}
+
+func (s *Shard) expiryCutoff() int64 { return s.opts.Now().Add(-s.opts.ProducerExpiry).UnixMilli() }
+
+// noteProducer moves a producer's live mark past a record of it and notes
+// the mark in the active memtable. Callers hold mu.
+func (s *Shard) noteProducer(m recordMeta) {
+	if m.Producer.ID == "" {
+		return
+	}
+	cur := s.producers[m.Producer.ID]
+	mark := memtable.ProducerMark{Next: max(cur.Next, m.Producer.Seq+m.Count), SeenMillis: max(cur.SeenMillis, m.Millis)}
+	s.producers[m.Producer.ID] = mark
+	s.set.NoteProducer(m.Producer.ID, mark)
+}
+
+// ProducerNextSeq returns the next sequence the shard expects from a
+// producer session, and whether it knows the producer at all (a producer
+// it does not know starts at 0).
+func (s *Shard) ProducerNextSeq(id string) (next uint64, known bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.producers[id]
+	return m.Next, ok
+}
+
+// nextProducerState is the committed state plus generation m's marks, less
+// the producers idle past their expiry; changed is false when it equals
+// the committed state.
+func (s *Shard) nextProducerState(m *memtable.Memtable) (st producerState, changed bool) {
+	st = maps.Clone(s.committedProducers)
+	if st == nil {
+		st = producerState{}
+	}
+	for id, mark := range m.Producers() {
+		cur := st[id]
+		st[id] = memtable.ProducerMark{Next: max(cur.Next, mark.Next), SeenMillis: max(cur.SeenMillis, mark.SeenMillis)}
+	}
+	cutoff := s.expiryCutoff()
+	maps.DeleteFunc(st, func(_ string, m memtable.ProducerMark) bool { return m.SeenMillis < cutoff })
+	return st, !maps.Equal(st, s.committedProducers)
+}
+
+// producerFile is the on-disk form of a producerState (JSON, ids sorted).
+type producerFile struct {
+	Version   int             `json:"version"`
+	Producers []producerEntry `json:"producers"`
+}
+
+type producerEntry struct {
+	ID         string `json:"id"`
+	NextSeq    uint64 `json:"next_seq"`
+	SeenMillis int64  `json:"seen_unix_ms"`
+}
+
+const producerFileVersion = 1
+
+func encodeProducerState(st producerState) []byte {
+	f := producerFile{Version: producerFileVersion, Producers: make([]producerEntry, 0, len(st))}
+	for _, id := range slices.Sorted(maps.Keys(st)) {
+		f.Producers = append(f.Producers, producerEntry{ID: id, NextSeq: st[id].Next, SeenMillis: st[id].SeenMillis})
+	}
+	data, _ := json.Marshal(f) // plain types: cannot fail
+	return data
+}
+
+func decodeProducerState(data []byte) (producerState, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var f producerFile
+	if err := dec.Decode(&f); err != nil {
+		return nil, err
+	}
+	if f.Version != producerFileVersion {
+		return nil, fmt.Errorf("version %d, want %d", f.Version, producerFileVersion)
+	}
+	st := make(producerState, len(f.Producers))
+	for _, e := range f.Producers {
+		if err := ValidateProducerID(e.ID); err != nil {
+			return nil, err
+		}
+		if _, dup := st[e.ID]; dup {
+			return nil, fmt.Errorf("producer %q listed twice", e.ID)
+		}
+		st[e.ID] = memtable.ProducerMark{Next: e.NextSeq, SeenMillis: e.SeenMillis}
+	}
+	return st, nil
+}
+
+// writeProducerState writes st durably under a name unique to this attempt
+// (temp file, fsync, rename, directory fsync) and returns its reference for
+// the manifest.
+func (s *Shard) writeProducerState(gen uint64, st producerState) (*shardmeta.ProducerStateRef, error) {
+	dir := filepath.Join(s.shardDir(), producerDirName)
+	if err := vfs.MkdirAllDurable(s.opts.FS, dir, 0o755); err != nil {
+		return nil, err
+	}
+	name := fmt.Sprintf("p%020d-e%020d-%d.json", gen, s.claim.Epoch, time.Now().UnixNano())
+	data := encodeProducerState(st)
+	if err := writeDurable(s.opts.FS, filepath.Join(dir, name), data); err != nil {
+		return nil, fmt.Errorf("write producer state: %w", err)
+	}
+	return &shardmeta.ProducerStateRef{File: producerDirName + "/" + name, Size: int64(len(data)),
+		CRC32C: crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli)), Producers: len(st)}, nil
+}
+
+func writeDurable(fsys vfs.FS, path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := fsys.Create(tmp)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err = errors.Join(err, f.Sync(), f.Close()); err != nil {
+		return err
+	}
+	if err := fsys.Rename(tmp, path); err != nil {
+		return err
+	}
+	return vfs.SyncDir(fsys, filepath.Dir(path))
+}
+
+// loadProducerState reads the producer-state file the manifest names; a
+// file that is missing, of another size or checksum, or undecodable fails
+// the open: without it, retries of acknowledged batches would be stored
+// again.
+func (s *Shard) loadProducerState(ref *shardmeta.ProducerStateRef) (producerState, error) {
+	if ref == nil {
+		return producerState{}, nil
+	}
+	path := filepath.Join(s.shardDir(), filepath.FromSlash(ref.File))
+	data, err := readAll(s.opts.FS, path)
+	if err != nil {
+		return nil, fmt.Errorf("engine: shard %s: producer state %s: %w", s.name, path, err)
+	}
+	if int64(len(data)) != ref.Size || crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli)) != ref.CRC32C {
+		return nil, fmt.Errorf("engine: shard %s: producer state %s: %d bytes with CRC-32C %#x, the manifest names %d bytes with %#x: damaged or replaced",
+			s.name, path, len(data), crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli)), ref.Size, ref.CRC32C)
+	}
+	st, err := decodeProducerState(data)
+	if err != nil {
+		return nil, fmt.Errorf("engine: shard %s: producer state %s: %w", s.name, path, err)
+	}
+	return st, nil
+}
+
+func readAll(fsys vfs.FS, path string) ([]byte, error) {
+	f, err := fsys.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
+// removeStaleProducerFiles deletes the producer-state files the committed
+// manifest does not name: older states and failed attempts.
+func (s *Shard) removeStaleProducerFiles() {
+	dir := filepath.Join(s.shardDir(), producerDirName)
+	names, err := s.opts.FS.List(dir)
+	if err != nil {
+		return // no directory yet
+	}
+	keep := ""
+	if ref := s.manifest.ProducerState; ref != nil {
+		keep = filepath.Base(ref.File)
+	}
+	for _, n := range names {
+		if n != keep {
+			if err := s.opts.FS.Remove(filepath.Join(dir, n)); err != nil {
+				s.log.Warn("remove old producer state", "file", n, "err", err)
+			}
+		}
+	}
+}
+
+// stageProducerState writes the producer state that committing m makes,
+// when it differs from the committed one, and names it in next; the state
+// is adopted once next commits. The caller holds flushMu.
+func (s *Shard) stageProducerState(m *memtable.Memtable, next *shardmeta.Manifest) error {
+	st, changed := s.nextProducerState(m)
+	if !changed {
+		return nil
+	}
+	ref, err := s.writeProducerState(m.Generation(), st)
+	if err != nil {
+		return err
+	}
+	next.ProducerState, s.stagedProducers = ref, st
+	return nil
+}
