@@ -25,7 +25,9 @@ type producerState map[string]memtable.ProducerMark
 // relative to the shard's directory.
 const producerDirName = "producers"
 
-func (s *Shard) shardDir() string { return filepath.Join(s.opts.DataDir, s.opts.Table, "shards", s.name) }
+func (s *Shard) shardDir() string {
+	return filepath.Join(s.opts.DataDir, s.opts.Table, "shards", s.name)
+}
 
 // checkSequence decides a producer's batch of count rows at p.Seq against
 // its live mark: dup reports a batch wholly below the next expected
