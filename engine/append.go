@@ -99,7 +99,7 @@ func (s *Shard) appendBatch(ctx context.Context, b *schema.Batch, o AppendOption
 	if err := s.acquire(ctx, reserved); err != nil {
 		return Result{}, err
 	}
-	meta := recordMeta{Producer: o.Producer, Count: uint64(b.Len()), Source: o.Source, Millis: s.opts.Now().UnixMilli()}
+	meta := RecordMeta{Producer: o.Producer, Count: uint64(b.Len()), Source: o.Source, Millis: s.opts.Now().UnixMilli()}
 	// Encode and compress outside the ordered section, so that producers
 	// do it in parallel; a batch with duplicates re-encodes under the lock.
 	buf := encodeBufs.Get().(*[]byte)
@@ -132,7 +132,7 @@ func (s *Shard) appendBatch(ctx context.Context, b *schema.Batch, o AppendOption
 
 // encodeRecord appends b's WAL payload, with meta when it carries any, and
 // returns it with its kind.
-func (s *Shard) encodeRecord(dst []byte, meta recordMeta, b *schema.Batch) ([]byte, uint8) {
+func (s *Shard) encodeRecord(dst []byte, meta RecordMeta, b *schema.Batch) ([]byte, uint8) {
 	if meta.empty() {
 		return b.Encode(dst), kindBatch
 	}
@@ -167,7 +167,7 @@ func (s *Shard) acquire(ctx context.Context, n int64) error {
 // deduplicate, assign positions, write the WAL record, insert. It returns
 // the position the caller must sync to and the budget bytes the memtable
 // now holds.
-func (s *Shard) write(b *schema.Batch, pre *wal.Prepared, meta recordMeta) (Result, uint64, int64, error) {
+func (s *Shard) write(b *schema.Batch, pre *wal.Prepared, meta RecordMeta) (Result, uint64, int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.err(); err != nil {
@@ -237,7 +237,7 @@ func (s *Shard) checkSource(src Source) error {
 
 // appendRecord appends fresh, the rows of b not already held, using b's
 // prepared record when nothing was filtered out. Callers hold mu.
-func (s *Shard) appendRecord(gen uint64, b, fresh *schema.Batch, pre *wal.Prepared, meta recordMeta) (uint64, error) {
+func (s *Shard) appendRecord(gen uint64, b, fresh *schema.Batch, pre *wal.Prepared, meta RecordMeta) (uint64, error) {
 	if fresh.Len() == b.Len() && b.Len() > 0 {
 		return s.w.AppendPrepared(gen, uint32(fresh.Len()), pre)
 	}

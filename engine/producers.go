@@ -69,7 +69,7 @@ func (s *Shard) expiryCutoff() int64 { return s.opts.Now().Add(-s.opts.ProducerE
 
 // noteProducer moves a producer's live mark past a record of it and notes
 // the mark in the active memtable. Callers hold mu.
-func (s *Shard) noteProducer(m recordMeta) {
+func (s *Shard) noteProducer(m RecordMeta) {
 	if m.Producer.ID == "" {
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/wal"
 )
 
 // WAL payload kinds (wal.Header.Kind): wire format, see docs/format/wal.md.
@@ -23,8 +24,8 @@ const (
 	kindMetaBatch uint8 = 1
 )
 
-// recordMeta is what a record carries besides its rows.
-type recordMeta struct {
+// RecordMeta is what a WAL record carries besides its rows.
+type RecordMeta struct {
 	Producer Producer
 	// Count is the producer batch's row count (duplicates included): the
 	// record moves the producer's next expected sequence to Seq+Count.
@@ -33,10 +34,10 @@ type recordMeta struct {
 	Millis int64
 }
 
-func (m recordMeta) empty() bool { return m.Producer.ID == "" && m.Source.Name == "" }
+func (m RecordMeta) empty() bool { return m.Producer.ID == "" && m.Source.Name == "" }
 
 // appendMeta appends m's encoding to dst.
-func appendMeta(dst []byte, m recordMeta) []byte {
+func appendMeta(dst []byte, m RecordMeta) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(m.Producer.ID)))
 	if m.Producer.ID != "" {
 		dst = append(dst, m.Producer.ID...)
@@ -53,10 +54,24 @@ func appendMeta(dst []byte, m recordMeta) []byte {
 
 var errBadMeta = errors.New("engine: bad record meta")
 
+// DecodeRecord decodes the payload of a WAL record the engine wrote (for
+// tools that read a shard's WAL: verify, dump): its meta and its rows,
+// checked against the positions the header covers.
+func DecodeRecord(sch *schema.Schema, h wal.Header, payload []byte) (RecordMeta, *schema.Batch, error) {
+	m, b, err := decodeRecord(sch, h.Kind, payload)
+	if err != nil {
+		return m, nil, err
+	}
+	if want := int(h.Count); b.Len() != want && !(h.Kind == kindMetaBatch && b.Len() == 0 && want == 1) {
+		return m, nil, fmt.Errorf("%d rows, the header covers %d positions", b.Len(), want)
+	}
+	return m, b, nil
+}
+
 // decodeRecord splits a WAL payload of the given kind into its meta and
 // its batch.
-func decodeRecord(sch *schema.Schema, kind uint8, payload []byte) (recordMeta, *schema.Batch, error) {
-	var m recordMeta
+func decodeRecord(sch *schema.Schema, kind uint8, payload []byte) (RecordMeta, *schema.Batch, error) {
+	var m RecordMeta
 	switch kind {
 	case kindBatch:
 	case kindMetaBatch:
@@ -71,8 +86,8 @@ func decodeRecord(sch *schema.Schema, kind uint8, payload []byte) (recordMeta, *
 	return m, b, err
 }
 
-func decodeMeta(b []byte) (recordMeta, []byte, error) {
-	var m recordMeta
+func decodeMeta(b []byte) (RecordMeta, []byte, error) {
+	var m RecordMeta
 	r := metaReader{b: b}
 	if id := r.str(MaxProducerIDBytes); id != "" {
 		m.Producer = Producer{ID: id, Seq: r.uvarint()}

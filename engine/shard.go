@@ -348,7 +348,7 @@ func committedBy(m *shardmeta.Manifest, e uint64) uint64 {
 // when the active memtable is full it is flushed before the record goes in,
 // so the last replayed row always lands in the active memtable, whose
 // generation is the one recorded as the end of the replay.
-func (s *Shard) replayBatch(ctx context.Context, b *schema.Batch, h wal.Header, meta recordMeta) (int, error) {
+func (s *Shard) replayBatch(ctx context.Context, b *schema.Batch, h wal.Header, meta RecordMeta) (int, error) {
 	fresh, _ := s.set.Filter(b)
 	if fresh.Len() > 0 && s.set.Active().Bytes() >= s.opts.FlushBytes {
 		if err := s.flushOnce(ctx, true); err != nil {
@@ -373,7 +373,7 @@ func (s *Shard) replayBatch(ctx context.Context, b *schema.Batch, h wal.Header, 
 }
 
 // replayMeta restores what a replayed record carries besides rows.
-func (s *Shard) replayMeta(meta recordMeta) {
+func (s *Shard) replayMeta(meta RecordMeta) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.noteProducer(meta)

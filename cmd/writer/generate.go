@@ -105,7 +105,7 @@ func (o *generateOptions) run(ctx context.Context, out io.Writer) error {
 		level = slog.LevelInfo
 	}
 	log := newLogger(level)
-	meta, err := openMetadata(ctx, o.dataDir, o.etcd, log)
+	meta, err := openMetadata(ctx, o.dataDir, o.etcd, dirUse{command: "generate", writes: true}, log)
 	if err != nil {
 		return err
 	}
@@ -124,6 +124,11 @@ func (o *generateOptions) run(ctx context.Context, out io.Writer) error {
 	}
 	start := time.Now()
 	rep, err := o.append(ctx, host)
+	interrupted := ctx.Err() != nil
+	if interrupted {
+		err = nil // the producers' context errors: the signal is the news
+	}
+	// Close flushes and commits what was appended, a signal or not.
 	closeCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	rep.Shards = statuses(host)
@@ -134,7 +139,13 @@ func (o *generateOptions) run(ctx context.Context, out io.Writer) error {
 	rep.Shards = finalStatuses(rep.Shards, meta.client, o)
 	rep.Seconds = time.Since(start).Seconds()
 	rep.RowsPerSec = float64(rep.Rows) / rep.Seconds
-	return o.print(out, rep)
+	if err := o.print(out, rep); err != nil {
+		return err
+	}
+	if interrupted {
+		return fmt.Errorf("interrupted: appended %d of %d rows, flushed and committed; run again to append more", rep.Rows, o.rows)
+	}
+	return nil
 }
 
 // append runs the producers of every shard and flushes each shard.
@@ -177,6 +188,9 @@ func (o *generateOptions) append(ctx context.Context, host *engine.Host) (report
 		}
 	}
 	wg.Wait()
+	if ctx.Err() != nil {
+		return rep, context.Cause(ctx) // interrupted: Close flushes
+	}
 	for _, sh := range host.Shards() {
 		if _, err := sh.Flush(ctx); err != nil {
 			errs = append(errs, err)
@@ -190,6 +204,9 @@ func (o *generateOptions) append(ctx context.Context, host *engine.Host) (report
 // committed generation covers it.
 func (o *generateOptions) produce(ctx context.Context, sh *engine.Shard, gen *rolloutgen.Generator, source string, n int) (stored, dups int64, err error) {
 	for done := 0; done < n; {
+		if ctx.Err() != nil { // a signal: Append itself does not look at ctx
+			return stored, dups, context.Cause(ctx)
+		}
 		k := min(o.batch, n-done)
 		res, err := sh.Append(ctx, gen.Rows(k), engine.Source{Name: source, Offset: int64(done + k)})
 		if err != nil {

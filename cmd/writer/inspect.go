@@ -69,7 +69,7 @@ func (o *inspectOptions) command(use, short string, args cobra.PositionalArgs,
 				return err
 			}
 			log := newLogger(slog.LevelWarn)
-			meta, err := o.openMeta(cmd.Context(), log)
+			meta, err := o.openMeta(cmd.Context(), "inspect", log)
 			if err != nil {
 				return err
 			}
@@ -95,19 +95,18 @@ func checkOutput(got string, want ...string) error {
 	return nil
 }
 
-// openMeta opens the configured etcd cluster, else the etcd that a serve on
-// the data dir recorded, else the embedded one. Without a cluster the data
-// dir must exist: a reading command would otherwise start an empty etcd
-// there and report nothing.
-func (o *storeOptions) openMeta(ctx context.Context, log *slog.Logger) (*metadata, error) {
-	c := o.etcd
-	if len(c.Endpoints) == 0 {
+// openMeta opens, for a reading command, the configured etcd cluster, else
+// the etcd that a serve on the data dir recorded (once it proves to be the
+// data dir's), else the embedded one under the data dir's lock. Without a
+// cluster the data dir must exist: a reading command would otherwise start
+// an empty etcd there and report nothing.
+func (o *storeOptions) openMeta(ctx context.Context, command string, log *slog.Logger) (*metadata, error) {
+	if len(o.etcd.Endpoints) == 0 {
 		if _, err := vfs.Default.Stat(o.dataDir); err != nil {
 			return nil, fmt.Errorf("data dir %s: %w", o.dataDir, err)
 		}
-		c.Endpoints = runningEndpoints(o.dataDir)
 	}
-	return openMetadata(ctx, o.dataDir, c, log)
+	return openMetadata(ctx, o.dataDir, o.etcd, dirUse{command: command}, log)
 }
 
 func (in *inspector) json(v any) error {

@@ -17,9 +17,12 @@
 //
 // Settings come from defaults, then the YAML file of --config (strict:
 // unknown keys are errors; ${VAR} expands from the environment), then the
-// flags set on the command line. Commands that read metadata use the
-// configured etcd cluster, else the etcd a running serve recorded in
-// <data-dir>/etcd.endpoint, else start the embedded etcd under the data dir.
+// flags set on the command line. One process at a time writes a data dir:
+// serve and generate hold <data-dir>/LOCK, and a second one fails at once
+// naming the holder. Commands that read metadata use the configured etcd
+// cluster, else the etcd a running serve recorded in <data-dir>/etcd.endpoint
+// once it proves to be this data dir's (cluster id and identity), else take
+// the lock and start the embedded etcd under the data dir (datadir.go).
 package main
 
 import (

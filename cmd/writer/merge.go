@@ -63,10 +63,7 @@ func (o *mergeOptions) run(ctx context.Context, out io.Writer) error {
 		return fmt.Errorf("--every %v: must not be negative", o.every)
 	}
 	log := newLogger(slog.LevelWarn)
-	if len(o.etcd.Endpoints) == 0 {
-		o.etcd.Endpoints = runningEndpoints(o.dataDir) // a serve on this data dir owns the embedded etcd
-	}
-	meta, err := openMetadata(ctx, o.dataDir, o.etcd, log)
+	meta, err := openMetadata(ctx, o.dataDir, o.etcd, dirUse{command: "merge"}, log)
 	if err != nil {
 		return err
 	}

@@ -19,11 +19,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/spf13/cobra"
 
 	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/generation"
@@ -34,11 +33,12 @@ import (
 	"github.com/rollwal/rollwal/server"
 )
 
-// serveHelperEnv makes the test binary act as `writer serve …` (the
-// arguments after "--"): a real process that tests signal.
+// serveHelperEnv makes the test binary act as `writer …` (the arguments
+// after "--", e.g. serve or generate): a real process that tests signal.
 const serveHelperEnv = "ROLLWAL_SERVE_HELPER"
 
-// TestServeHelperProcess is not a test: it is the child process.
+// TestServeHelperProcess is not a test: it is the child process, any
+// writer command.
 func TestServeHelperProcess(t *testing.T) {
 	if os.Getenv(serveHelperEnv) != "1" {
 		t.Skip("the child process of the serve tests")
@@ -50,8 +50,7 @@ func TestServeHelperProcess(t *testing.T) {
 			break
 		}
 	}
-	root := &cobra.Command{Use: "writer", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(newServe())
+	root := newRoot()
 	root.SetArgs(args)
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "writer:", err)
@@ -60,13 +59,15 @@ func TestServeHelperProcess(t *testing.T) {
 	os.Exit(0)
 }
 
-// serveProc is a running `writer serve`.
+// serveProc is a running `writer serve` (or another writer command: see
+// spawnWriter).
 type serveProc struct {
-	cmd  *exec.Cmd
-	addr string // host:port of its HTTP listener
+	cmd    *exec.Cmd
+	addr   string       // host:port of its HTTP listener
+	stdout bytes.Buffer // read it once done is closed
 
 	mu      sync.Mutex
-	log     bytes.Buffer
+	log     bytes.Buffer  // stderr
 	changed chan struct{} // closed, and replaced, when a log line arrives
 
 	done    chan struct{} // closed once the process exited and its log is read
@@ -85,8 +86,22 @@ const (
 // it may still be claiming (a standby waits there for the owner to go).
 func spawnServe(t *testing.T, args ...string) *serveProc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^TestServeHelperProcess$", "--", "serve"}, args...)...)
+	p := spawnWriter(t, append([]string{"serve"}, args...)...)
+	rec := p.waitLog(t, 60*time.Second, msgHTTPUp)
+	p.addr, _ = rec["addr"].(string)
+	if p.addr == "" {
+		t.Fatalf("no addr in %v", rec)
+	}
+	return p
+}
+
+// spawnWriter starts `writer ARGS…` as a child process and returns at once.
+func spawnWriter(t *testing.T, args ...string) *serveProc {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^TestServeHelperProcess$", "--"}, args...)...)
 	cmd.Env = append(os.Environ(), serveHelperEnv+"=1")
+	p := &serveProc{cmd: cmd, changed: make(chan struct{}), done: make(chan struct{})}
+	cmd.Stdout = &p.stdout
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +109,6 @@ func spawnServe(t *testing.T, args ...string) *serveProc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &serveProc{cmd: cmd, changed: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -116,14 +130,9 @@ func spawnServe(t *testing.T, args ...string) *serveProc {
 			<-p.done
 		}
 		if t.Failed() {
-			t.Logf("log of writer serve (pid %d, %s), last lines:\n%s", cmd.Process.Pid, p.addr, lastLines(p.output(), 60))
+			t.Logf("log of writer %s (pid %d, %s), last lines:\n%s", p.command(), cmd.Process.Pid, p.addr, lastLines(p.output(), 60))
 		}
 	})
-	rec := p.waitLog(t, 60*time.Second, msgHTTPUp)
-	p.addr, _ = rec["addr"].(string)
-	if p.addr == "" {
-		t.Fatalf("no addr in %v", rec)
-	}
 	return p
 }
 
@@ -134,6 +143,14 @@ func startServe(t *testing.T, args ...string) *serveProc {
 	p := spawnServe(t, args...)
 	p.waitLog(t, 60*time.Second, msgListening)
 	return p
+}
+
+// command names the writer command the process runs, e.g. "serve".
+func (p *serveProc) command() string {
+	if i := slices.Index(p.cmd.Args, "--"); i >= 0 && i+1 < len(p.cmd.Args) {
+		return p.cmd.Args[i+1]
+	}
+	return "?"
 }
 
 func (p *serveProc) output() string {
@@ -192,9 +209,9 @@ func (p *serveProc) waitLog(t *testing.T, d time.Duration, msg string, attrs ...
 			if rec := p.find(msg, attrs...); rec != nil {
 				return rec
 			}
-			t.Fatalf("writer serve exited (%v) before logging %q %v", p.waitErr, msg, attrs)
+			t.Fatalf("writer %s exited (%v) before logging %q %v", p.command(), p.waitErr, msg, attrs)
 		case <-deadline.C:
-			t.Fatalf("writer serve did not log %q %v within %v", msg, attrs, d)
+			t.Fatalf("writer %s did not log %q %v within %v", p.command(), msg, attrs, d)
 		}
 	}
 }
@@ -206,7 +223,7 @@ func (p *serveProc) wait(t *testing.T, d time.Duration) error {
 	case <-p.done:
 		return p.waitErr
 	case <-time.After(d):
-		t.Fatalf("writer serve did not exit within %v", d)
+		t.Fatalf("writer %s did not exit within %v", p.command(), d)
 		return nil
 	}
 }
@@ -587,6 +604,9 @@ func TestServeKillRestartMerge(t *testing.T) {
 	p2 := startServe(t, args...)
 	t.Logf("the restarted writer served after %v (waited for the dead writer's lease: %v)",
 		time.Since(start).Round(time.Millisecond), p2.find(msgWaiting) != nil)
+	if p2.find(msgStaleRemoved, "file", endpointFile(dir)) == nil {
+		t.Errorf("the restarted writer did not name the endpoint file %s the killed one left", endpointFile(dir))
+	}
 	for _, s := range shards {
 		st := shardStatus(t, p2, s)
 		if st.Epoch != 2 || st.Stopped != "" {
@@ -614,13 +634,15 @@ func TestServeKillRestartMerge(t *testing.T) {
 	t.Logf("base v%d: %d rows = distinct ids; %d acknowledged (%d before the SIGKILL)", m.Version, m.Rows, l.ackedCount(), killed)
 }
 
-// TestTwoProcessFailover: two `writer serve` processes on one shared data
-// dir against a 3-member etcd cluster host the same shards; the standby
-// waits for the owner keys and answers (unready, 503) meanwhile. Producers
-// post to both and retry on 409/503 and dead connections by switching
-// endpoint. SIGKILL of the owner moves its shards to the standby within the
-// lease TTL plus a margin, and nothing acknowledged is lost: after a flush
-// through the survivor and a merge, the base holds every id exactly once.
+// TestTwoProcessFailover: `writer serve` on a data dir against a 3-member
+// etcd cluster. A second serve on the same data dir is refused at once (the
+// data dir's lock, whatever the etcd); a standby on another data dir waits
+// for the owner keys and answers (unready, 503) meanwhile. Producers post
+// and retry on 409/503 and dead connections. SIGKILL of the owner frees the
+// data dir: a successor started on it at once waits out the dead owner's
+// lease, replays its WAL and serves within the lease TTL plus a margin, and
+// nothing acknowledged is lost: after a flush through the survivor and a
+// merge, the base holds every id exactly once.
 func TestTwoProcessFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
@@ -634,7 +656,11 @@ func TestTwoProcessFailover(t *testing.T) {
 		"--etcd-endpoints", endpoints, "--lease-ttl", ttl.String(), "--flush-bytes", "131072", "--flush-age", "-1s"}
 
 	owner := startServe(t, args...)
-	standby := spawnServe(t, args...)
+	runProc(t, secondProcessBound, append([]string{"serve"}, args...)...).
+		failed(t, "data directory "+dir+" is in use by "+holderOf(owner, "serve"))
+	otherArgs := slices.Clone(args)
+	otherArgs[slices.Index(otherArgs, dir)] = t.TempDir()
+	standby := spawnServe(t, otherArgs...)
 	standby.waitLog(t, 30*time.Second, msgWaiting, "shard", shards[0])
 	quick := &http.Client{Timeout: 5 * time.Second}
 	for _, probe := range []struct {
@@ -651,10 +677,15 @@ func TestTwoProcessFailover(t *testing.T) {
 			t.Fatalf("the standby answered %s %s with %d %s %v; want %d at once", probe.method, probe.path, code, b, err, probe.want)
 		}
 	}
+	standby.stop(t) // while it waits: it must not claim the shards away from the data dir with their WAL
+	if standby.find("shard open") != nil {
+		t.Fatal("the standby on another data dir opened a shard")
+	}
 
-	// Producers: every batch is retried, switching endpoint, until acked.
+	// Producers: every batch is retried, on the current target, until acked.
 	l := newLedger()
-	bases := []string{owner.url(""), standby.url("")}
+	var target atomic.Pointer[string]
+	target.Store(new(owner.url("")))
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var retriesMu sync.Mutex
@@ -662,7 +693,6 @@ func TestTwoProcessFailover(t *testing.T) {
 	for w := range 4 {
 		wg.Go(func() {
 			c := &http.Client{Timeout: 10 * time.Second}
-			ep := (w / 2) % 2
 			for batch := 0; ; batch++ {
 				select {
 				case <-stop:
@@ -672,7 +702,7 @@ func TestTwoProcessFailover(t *testing.T) {
 				ids := batchIDs(fmt.Sprintf("f-w%d", w), batch, 40)
 				deadline := time.Now().Add(30 * time.Second)
 				for {
-					code, body, err := postRows(c, bases[ep], shards[w%2], ids)
+					code, body, err := postRows(c, *target.Load(), shards[w%2], ids)
 					if err == nil && code == http.StatusOK {
 						l.record(ids, acked)
 						if res, _ := appendResponse([]byte(body)); res.Duplicates > 0 {
@@ -697,7 +727,6 @@ func TestTwoProcessFailover(t *testing.T) {
 						t.Errorf("producer %d: batch %d not acknowledged within 30s; last answer %d %s %v", w, batch, code, body, err)
 						return
 					}
-					ep = 1 - ep
 					time.Sleep(20 * time.Millisecond) // retry pacing, not synchronisation
 				}
 			}
@@ -716,21 +745,24 @@ func TestTwoProcessFailover(t *testing.T) {
 	before := l.ackedCount()
 	killed := time.Now()
 	owner.kill(t)
+	successor := spawnServe(t, args...) // the data dir's lock died with the owner
+	target.Store(new(successor.url("")))
 	readyc := &http.Client{Timeout: time.Second}
 	for {
-		code, _, _ := tryDo(readyc, http.MethodGet, standby.url("/readyz"), "", "")
+		code, _, _ := tryDo(readyc, http.MethodGet, successor.url("/readyz"), "", "")
 		if code == http.StatusOK {
 			break
 		}
 		if time.Since(killed) > ttl+margin {
-			t.Fatalf("the standby was not ready %v after the owner's SIGKILL (lease TTL %v + margin %v)", time.Since(killed), ttl, margin)
+			t.Fatalf("the successor was not ready %v after the owner's SIGKILL (lease TTL %v + margin %v)", time.Since(killed), ttl, margin)
 		}
 		time.Sleep(10 * time.Millisecond) // polling interval, bounded above
 	}
 	failover := time.Since(killed)
-	t.Logf("FAILOVER: the standby served both shards %v after the owner's SIGKILL (lease TTL %v)", failover.Round(time.Millisecond), ttl)
+	t.Logf("FAILOVER: the successor served both shards %v after the owner's SIGKILL (lease TTL %v; waited for the dead owner's lease: %v)",
+		failover.Round(time.Millisecond), ttl, successor.find(msgWaiting) != nil)
 	for _, s := range shards {
-		standby.waitLog(t, time.Second, "shard open", "shard", s)
+		successor.waitLog(t, time.Second, "shard open", "shard", s)
 	}
 	l.waitAcked(t, before+2000, 60*time.Second)
 	close(stop)
@@ -747,11 +779,11 @@ func TestTwoProcessFailover(t *testing.T) {
 		l.ackedCount(), before, retries, duplicates)
 
 	for _, s := range shards {
-		code, b := httpDo(t, http.MethodPost, standby.url("/v1/shards/"+s+"/flush"), "", "")
+		code, b := httpDo(t, http.MethodPost, successor.url("/v1/shards/"+s+"/flush"), "", "")
 		if code != http.StatusOK {
 			t.Fatalf("flush %s through the survivor: %d %s", s, code, b)
 		}
-		if st := shardStatus(t, standby, s); st.Epoch != 2 || st.MemtableRows != 0 {
+		if st := shardStatus(t, successor, s); st.Epoch != 2 || st.MemtableRows != 0 {
 			t.Fatalf("shard %s on the survivor: epoch %d, %d rows unflushed; want epoch 2, none", s, st.Epoch, st.MemtableRows)
 		}
 	}
@@ -765,7 +797,7 @@ func TestTwoProcessFailover(t *testing.T) {
 	if len(ids) != l.ackedCount() {
 		t.Fatalf("the base holds %d ids; %d were acknowledged", len(ids), l.ackedCount())
 	}
-	standby.stop(t)
+	successor.stop(t)
 }
 
 // TestGracefulShutdown: SIGTERM while producers post. Readiness drops

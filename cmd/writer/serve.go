@@ -82,6 +82,18 @@ func newServe() *cobra.Command {
 // --unready-delay, with the listener still open), stop taking requests,
 // close the host (flush, release the leases), close etcd.
 func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
+	// The data dir's lock and the metadata store first: a second serve on a
+	// data dir in use fails here, before it opens a port that probes would
+	// find.
+	meta, err := openMetadata(ctx, o.dataDir, o.etcd, dirUse{command: "serve", writes: true}, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := meta.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("close etcd: %w", cerr))
+		}
+	}()
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", o.listen, err)
@@ -93,16 +105,6 @@ func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
 		return err
 	}
 	defer admin.Close()
-	meta, err := openMetadata(ctx, o.dataDir, o.etcd, log)
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	defer func() {
-		if cerr := meta.Close(); cerr != nil {
-			err = errors.Join(err, fmt.Errorf("close etcd: %w", cerr))
-		}
-	}()
 	snaps, err := snapshot.NewEtcd(meta.client, "rollwal-snapshots", snapshot.EtcdOptions{RequestTimeout: meta.requestTimeout})
 	if err != nil {
 		ln.Close()

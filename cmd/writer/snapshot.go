@@ -152,7 +152,7 @@ func (o *snapshotGetOptions) open(ctx context.Context) (snapshot.Store, func(), 
 		}
 		return s, func() { s.Close() }, nil
 	}
-	meta, err := o.openMeta(ctx, newLogger(slog.LevelWarn))
+	meta, err := o.openMeta(ctx, "snapshot get", newLogger(slog.LevelWarn))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -6,18 +6,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"text/tabwriter"
-	"time"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/rollwal/rollwal/internal/dirlock"
 	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
 	"github.com/rollwal/rollwal/wal"
@@ -99,10 +98,7 @@ func (o *walOptions) scan(log *slog.Logger, each func(wal.Record, *schema.Batch)
 	sch := schema.Rollout()
 	return wal.Scan(wal.ScanOptions{Dir: o.dir(), Payloads: true, Segment: scanProgress(log, o.dir()),
 		Record: func(r wal.Record) error {
-			b, err := sch.Decode(r.Payload)
-			if err == nil && b.Len() != int(r.Count) {
-				err = fmt.Errorf("%d rows, the header says %d", b.Len(), r.Count)
-			}
+			_, b, err := engine.DecodeRecord(sch, r.Header, r.Payload)
 			if err != nil {
 				return &wal.CorruptionError{Segment: r.Segment, Offset: r.Offset,
 					Err: fmt.Errorf("payload is not a batch of the table's schema: %w", err)}
@@ -178,6 +174,7 @@ type damageReport struct {
 }
 
 func (o *walOptions) verify(out io.Writer, log *slog.Logger) error {
+	o.warnIfWriting(log)
 	rep, scanErr := o.scan(log, nil)
 	var ce *wal.CorruptionError
 	if scanErr != nil && !errors.As(scanErr, &ce) {
@@ -279,6 +276,7 @@ type dumpRecord struct {
 }
 
 func (o *walOptions) dump(out io.Writer, log *slog.Logger) error {
+	o.warnIfWriting(log)
 	sch := schema.Rollout()
 	var tw *tabwriter.Writer
 	if o.output == "table" && !o.rows {
@@ -341,6 +339,18 @@ func rowsOf(sch *schema.Schema, b *schema.Batch, r wal.Record) []map[string]any 
 }
 
 func (o *walOptions) repair(out io.Writer, log *slog.Logger) error {
+	if o.yes {
+		// Hold the data dir's lock from the scan to the cut: refused while
+		// any writer holds it (embedded or external etcd alike), and no
+		// writer can start and append meanwhile.
+		lock, err := dirlock.Acquire(o.dataDir, "wal repair")
+		if err != nil {
+			return fmt.Errorf("refusing to repair shard %s: %w", o.shard, err)
+		}
+		defer lock.Release()
+	} else {
+		o.warnIfWriting(log)
+	}
 	rep, err := o.scan(log, nil)
 	if err != nil {
 		return fmt.Errorf("refusing to repair shard %s: %w; only a torn tail at the end of an epoch's last segment can be cut, and this damage comes before one", o.shard, err)
@@ -354,9 +364,6 @@ func (o *walOptions) repair(out io.Writer, log *slog.Logger) error {
 	}
 	if !o.yes {
 		return errors.New("nothing changed: run again with --yes to truncate")
-	}
-	if err := checkNoWriter(o.dataDir); err != nil {
-		return err
 	}
 	return o.cut(out, log, rep.Tails)
 }
@@ -404,22 +411,11 @@ func truncateSegment(path string, size int64) error {
 	return nil
 }
 
-// checkNoWriter refuses when a serve on the data dir answers at the etcd
-// endpoint it recorded: its writer may be appending to the segment. A file
-// whose endpoint does not answer is the leftover of a killed process.
-func checkNoWriter(dataDir string) error {
-	for _, ep := range runningEndpoints(dataDir) {
-		host := ep
-		if u, err := url.Parse(ep); err == nil && u.Host != "" {
-			host = u.Host
-		}
-		conn, err := net.DialTimeout("tcp", host, time.Second)
-		if err != nil {
-			continue
-		}
-		conn.Close()
-		return fmt.Errorf("refusing to repair: a writer process runs on data dir %s (its etcd answers at %s, recorded in %s); stop it first",
-			dataDir, ep, endpointFile(dataDir))
+// warnIfWriting says so when a writer holds the data dir: verify and dump
+// read regardless, but a tail being appended reads as torn meanwhile.
+func (o *walOptions) warnIfWriting(log *slog.Logger) {
+	if h, held, err := dirlock.Holding(o.dataDir); err == nil && held {
+		log.Warn("wal: a writer holds the data directory; its shards may be appending while this reads (a tail being written reads as torn)",
+			"holder", h.String(), "lock", dirlock.Path(o.dataDir))
 	}
-	return nil
 }
