@@ -111,7 +111,11 @@ func TestBatcherCutsOnSourceAndBytes(t *testing.T) {
 	if err := b.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"2 offset=7&source=A", "1 offset=1&source=B", "3 ", "1 "}
+	// The session numbers the rows across the batches: 2 rows at seq 0,
+	// 1 at 2, 3 at 3, 1 at 6.
+	p := c.Producer()
+	want := []string{"2 offset=7&producer=" + p + "&seq=0&source=A", "1 offset=1&producer=" + p + "&seq=2&source=B",
+		"3 producer=" + p + "&seq=3", "1 producer=" + p + "&seq=6"}
 	if fmt.Sprint(rec.requests) != fmt.Sprint(want) {
 		t.Fatalf("requests %q, want %q", rec.requests, want)
 	}

@@ -39,6 +39,19 @@ type Options struct {
 	MinBackoff, MaxBackoff time.Duration
 	// Logger receives a line per retry; default discards.
 	Logger *slog.Logger
+	// Producer is the id of the Client's producer session (1–128 bytes of
+	// [A-Za-z0-9._:-], not "." or ".."). Empty (the default) makes a random
+	// one per Client, "go-" and 16 hex digits from crypto/rand, numbered
+	// from 0 in every shard. A caller-chosen id resumes instead: before its
+	// first batch to a shard the Client asks the writer for the id's next
+	// expected sequence there (GET /v1/shards/{shard}/producers/{id}). See
+	// the package documentation, "Producer sessions".
+	Producer string
+	// NoSession sends rows without a producer session, as clients before
+	// sessions did: a retry is then deduplicated by ids only while the
+	// first attempt is still in the writer's memtable, and concurrent
+	// Appends to one shard are not serialized.
+	NoSession bool
 }
 
 // Source names the upstream position that an append covers.
@@ -57,6 +70,10 @@ type Result struct {
 	Generation uint64 `json:"generation"`
 	// Attempts is how many times the request was sent.
 	Attempts int `json:"-"`
+	// SessionSeq is the producer-session sequence number the batch's first
+	// row was sent with (its rows took SessionSeq … SessionSeq+rows-1);
+	// 0 without a session.
+	SessionSeq uint64 `json:"-"`
 }
 
 // Client appends rows to the shards of one writer endpoint. It is safe for
@@ -64,6 +81,8 @@ type Result struct {
 type Client struct {
 	base *url.URL
 	opts Options
+	// sess numbers the Client's batches per shard; nil with NoSession.
+	sess *session
 	// sleep waits between attempts; tests replace it to observe the waits.
 	sleep func(context.Context, time.Duration) error
 }
@@ -77,8 +96,21 @@ func New(baseURL string, opts Options) (*Client, error) {
 	if opts.MaxBackoff > 0 && opts.MinBackoff > opts.MaxBackoff {
 		return nil, fmt.Errorf("rollwal client: MinBackoff %v is above MaxBackoff %v", opts.MinBackoff, opts.MaxBackoff)
 	}
+	sess, err := newSession(opts)
+	if err != nil {
+		return nil, err
+	}
 	opts.defaults()
-	return &Client{base: u, opts: opts, sleep: sleepCtx}, nil
+	return &Client{base: u, opts: opts, sess: sess, sleep: sleepCtx}, nil
+}
+
+// Producer returns the id of the Client's producer session, "" with
+// NoSession.
+func (c *Client) Producer() string {
+	if c.sess == nil {
+		return ""
+	}
+	return c.sess.id
 }
 
 func (o *Options) defaults() {
@@ -122,7 +154,8 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 
 // Append sends rows to shard as one request and returns once the writer
 // acknowledged them, retrying as the package documentation describes. src
-// may be nil.
+// may be nil. With a session, Appends to one shard take turns (see
+// "Producer sessions"); Appends to different shards run concurrently.
 func (c *Client) Append(ctx context.Context, shard string, rows []map[string]any, src *Source) (Result, error) {
 	if len(rows) == 0 {
 		return Result{}, errors.New("rollwal client: no rows to append")
@@ -133,7 +166,17 @@ func (c *Client) Append(ctx context.Context, shard string, rows []map[string]any
 			return Result{}, fmt.Errorf("rollwal client: row %d: %w", i, err)
 		}
 	}
-	return c.send(ctx, shard, body.Bytes(), src)
+	return c.appendBody(ctx, shard, body.Bytes(), len(rows), src)
+}
+
+// appendBody sends an NDJSON body of n rows, in the Client's session
+// unless it has none.
+func (c *Client) appendBody(ctx context.Context, shard string, body []byte, n int, src *Source) (Result, error) {
+	if c.sess == nil {
+		res, maybe, err := c.send(ctx, shard, body, src, nil)
+		return res, outcome(err, maybe)
+	}
+	return c.sendInSession(ctx, shard, &batchSeq{body: body, rows: n, src: cloneSource(src)})
 }
 
 // encodeRow writes r as one NDJSON line.
@@ -143,41 +186,64 @@ func encodeRow(w *bytes.Buffer, r map[string]any) error {
 	return enc.Encode(r)
 }
 
-// send posts an NDJSON body, retrying what is safe to retry.
-func (c *Client) send(ctx context.Context, shard string, body []byte, src *Source) (Result, error) {
-	u := c.rowsURL(shard, src)
-	for attempt := 1; ; attempt++ {
-		res, err := c.once(ctx, u, body)
+// send posts an NDJSON body, retrying what is safe to retry; seq, when
+// set, is the session position of its first row, the same on every
+// attempt. maybe reports whether some attempt ended without a definite
+// answer, so that the rows may be stored even when err is a refusal.
+func (c *Client) send(ctx context.Context, shard string, body []byte, src *Source, seq *uint64) (res Result, maybe bool, err error) {
+	u := c.rowsURL(shard, src, seq)
+	attempts, maybe, err := c.retrying(ctx, "append", shard, func() error {
+		res = Result{}
+		return c.once(ctx, http.MethodPost, u, body, &res)
+	})
+	res.Attempts = attempts
+	return res, maybe, err
+}
+
+// retrying runs attempt until it succeeds, fails for good or runs out of
+// retries, waiting the backoff between attempts. maybe is as for send.
+func (c *Client) retrying(ctx context.Context, what, shard string, attempt func() error) (attempts int, maybe bool, _ error) {
+	for n := 1; ; n++ {
+		err := attempt()
 		if err == nil {
-			res.Attempts = attempt
-			return res, nil
+			return n, maybe, nil
+		}
+		if refused, _ := refusal(err); !refused {
+			maybe = true
 		}
 		if ctx.Err() != nil {
-			return Result{}, fmt.Errorf("rollwal client: append to shard %q: %w", shard, ctx.Err())
+			return n, maybe, fmt.Errorf("rollwal client: %s to shard %q: %w", what, shard, ctx.Err())
 		}
-		if !retryable(err) || attempt > c.opts.MaxRetries {
-			return Result{}, c.giveUp(shard, attempt, err)
+		if !retryable(err) || n > c.opts.MaxRetries {
+			return n, maybe, c.giveUp(what, shard, n, err)
 		}
-		wait := c.backoff(attempt, retryAfter(err))
-		c.opts.Logger.InfoContext(ctx, "retrying append", "shard", shard, "attempt", attempt, "wait", wait, "err", err)
+		wait := c.backoff(n, retryAfter(err))
+		c.opts.Logger.InfoContext(ctx, "retrying "+what, "shard", shard, "attempt", n, "wait", wait, "err", err)
 		if err := c.sleep(ctx, wait); err != nil {
-			return Result{}, fmt.Errorf("rollwal client: append to shard %q: %w", shard, err)
+			return n, maybe, fmt.Errorf("rollwal client: %s to shard %q: %w", what, shard, err)
 		}
 	}
 }
 
-func (c *Client) giveUp(shard string, attempts int, err error) error {
+func (c *Client) giveUp(what, shard string, attempts int, err error) error {
 	if attempts == 1 {
 		return err
 	}
-	return fmt.Errorf("rollwal client: append to shard %q: gave up after %d attempts: %w", shard, attempts, err)
+	return fmt.Errorf("rollwal client: %s to shard %q: gave up after %d attempts: %w", what, shard, attempts, err)
 }
 
-func (c *Client) rowsURL(shard string, src *Source) string {
+func (c *Client) rowsURL(shard string, src *Source, seq *uint64) string {
 	u := c.base.JoinPath("v1", "shards", shard, "rows")
+	q := url.Values{}
 	if src != nil {
-		u.RawQuery = url.Values{"source": {src.Name}, "offset": {strconv.FormatInt(src.Offset, 10)}}.Encode()
+		q.Set("source", src.Name)
+		q.Set("offset", strconv.FormatInt(src.Offset, 10))
 	}
+	if seq != nil {
+		q.Set("producer", c.sess.id)
+		q.Set("seq", strconv.FormatUint(*seq, 10))
+	}
+	u.RawQuery = q.Encode()
 	return u.String()
 }
 
@@ -196,29 +262,34 @@ func (c *Client) backoff(attempt int, retryAfter time.Duration) time.Duration {
 	return min(max(d, retryAfter), c.opts.MaxBackoff)
 }
 
-// once sends one attempt.
-func (c *Client) once(ctx context.Context, u string, body []byte) (Result, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
-	if err != nil {
-		return Result{}, fmt.Errorf("rollwal client: %w", err)
+// once sends one attempt and decodes a 200 answer into out.
+func (c *Client) once(ctx context.Context, method, u string, body []byte, out any) error {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
 	}
-	req.Header.Set("Content-Type", ContentTypeNDJSON)
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return fmt.Errorf("rollwal client: %w", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", ContentTypeNDJSON)
+	}
 	resp, err := c.opts.HTTPClient.Do(req)
 	if err != nil {
-		return Result{}, &transportError{err}
+		return &transportError{err}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return Result{}, &transportError{err}
+		return &transportError{err}
 	}
 	if resp.StatusCode != http.StatusOK {
-		return Result{}, statusError(resp, b)
+		return statusError(resp, b)
 	}
-	var res Result
-	if err := json.Unmarshal(b, &res); err != nil {
+	if err := json.Unmarshal(b, out); err != nil {
 		// A cut answer: the rows may be stored, and a retry is safe.
-		return Result{}, &transportError{fmt.Errorf("unreadable acknowledgement %q: %w", b, err)}
+		return &transportError{fmt.Errorf("unreadable answer %q: %w", b, err)}
 	}
-	return res, nil
+	return nil
 }

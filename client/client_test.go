@@ -307,6 +307,10 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		{"127.0.0.1:8080", Options{}, "want http(s)://host"},
 		{"ftp://h", Options{}, "want http(s)://host"},
 		{"http://h", Options{MinBackoff: time.Second, MaxBackoff: time.Millisecond}, "MinBackoff 1s is above MaxBackoff"},
+		{"http://h", Options{Producer: "p", NoSession: true}, "a producer id needs a session"},
+		{"http://h", Options{Producer: "a/b"}, "byte 1 ('/') is not one of"},
+		{"http://h", Options{Producer: ".."}, `not "." or ".."`},
+		{"http://h", Options{Producer: strings.Repeat("p", 129)}, "want 1–128 bytes"},
 	} {
 		if _, err := New(tc.url, tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("New(%q, %+v) = %v, want an error saying %q", tc.url, tc.opts, err, tc.want)

@@ -22,7 +22,26 @@ var (
 	// ErrUnavailable (502, 503, 504): the writer was not ready, shutting
 	// down or unreachable behind a proxy through every retry.
 	ErrUnavailable = errors.New("rollwal client: the writer is unavailable")
+	// ErrTooManyProducers (429, code "too_many_producers"): the shard
+	// tracks as many producer sessions as it may and this one is new to
+	// it. Not retried: a slot frees only when an idle session expires
+	// (after days, by default). Use fewer Clients (one per process), or
+	// Options.NoSession.
+	ErrTooManyProducers = errors.New("rollwal client: the shard has no room for another producer session")
 )
+
+// ErrSequence is matched by a *SequenceError.
+var ErrSequence = errors.New("rollwal client: producer sequence refused")
+
+// ErrOutcomeUnknown is matched by an error of Append (or an Ack) after
+// which the rows may or may not be stored: an answer was lost (network
+// error, timeout, cut connection, the context ended mid-request), or the
+// writer answered 5xx or 409 "outcome unknown". With a session the Client
+// settles such a batch itself: it sends the same rows with the same
+// sequence numbers again before the shard's next batch, so they end up
+// stored exactly once (see "Producer sessions" in the package
+// documentation).
+var ErrOutcomeUnknown = errors.New("rollwal client: outcome unknown: the rows may or may not be stored")
 
 // BadRequestError is a 400: the writer refused the request and stored
 // nothing of it. The same rows would be refused again, so it is never
@@ -35,6 +54,11 @@ type BadRequestError struct {
 	Row int
 	// Column is the refused column, or "".
 	Column string
+	// Parameter is the refused query parameter (e.g. "seq"), or "".
+	Parameter string
+	// Code is the writer's code for the refusal ("bad_parameter",
+	// "invalid_append"), or "" for a refused row or body.
+	Code string
 }
 
 func (e *BadRequestError) Error() string {
@@ -44,7 +68,11 @@ func (e *BadRequestError) Error() string {
 // StatusError is an answer other than 200 and 400 that the client did
 // not retry, or the last of those it retried.
 type StatusError struct {
-	Status     int
+	Status int
+	// Code is the writer's code for the refusal where one status covers
+	// several ("not_owner", "outcome_unknown", "backpressure",
+	// "too_many_producers", …), or "".
+	Code       string
 	Message    string
 	RetryAfter time.Duration
 }
@@ -61,7 +89,9 @@ func (e *StatusError) Is(target error) bool {
 	case ErrTooLarge:
 		return e.Status == http.StatusRequestEntityTooLarge
 	case ErrBackpressure:
-		return e.Status == http.StatusTooManyRequests
+		return e.Status == http.StatusTooManyRequests && e.Code != codeTooManyProducers
+	case ErrTooManyProducers:
+		return e.Status == http.StatusTooManyRequests && e.Code == codeTooManyProducers
 	case ErrUnavailable:
 		return e.Status == http.StatusBadGateway || e.Status == http.StatusServiceUnavailable || e.Status == http.StatusGatewayTimeout
 	}
@@ -75,11 +105,54 @@ type transportError struct{ err error }
 func (e *transportError) Error() string { return "rollwal client: " + e.err.Error() }
 func (e *transportError) Unwrap() error { return e.err }
 
+// SequenceError is a 409 with code "sequence": the writer refused a
+// batch of the Client's producer session because it was not at the
+// producer's next expected sequence; nothing of it was stored. The Client
+// handles the cases a session of its own meets (see "Producer sessions");
+// Append returns one when the writer holds a sequence the Client cannot
+// account for, e.g. another process appends with the same Producer id.
+type SequenceError struct {
+	Shard    string
+	Producer string
+	// Seq and Count are the refused batch's first sequence and row count.
+	Seq   uint64
+	Count int
+	// Expected is the writer's next expected sequence of the producer.
+	Expected uint64
+	// Unknown: the shard holds no state of the producer (never seen, or
+	// expired after its idle time), so it expects 0.
+	Unknown bool
+	// Message is the writer's explanation.
+	Message string
+}
+
+func (e *SequenceError) Error() string {
+	return "rollwal client: sequence refused: " + e.Message
+}
+
+// Is matches ErrSequence.
+func (e *SequenceError) Is(target error) bool { return target == ErrSequence }
+
+// Codes of the writer's error answers that the client tells apart.
+const (
+	codeSequence         = "sequence"
+	codeTooManyProducers = "too_many_producers"
+	codeNotOwner         = "not_owner"
+	codeInvalidAppend    = "invalid_append"
+)
+
 // answer is the writer's JSON error body.
 type answer struct {
-	Error  string `json:"error"`
-	Line   int    `json:"line"`
-	Column string `json:"column"`
+	Error           string  `json:"error"`
+	Code            string  `json:"code"`
+	Parameter       string  `json:"parameter"`
+	Line            int     `json:"line"`
+	Column          string  `json:"column"`
+	Producer        string  `json:"producer"`
+	Seq             *uint64 `json:"seq"`
+	Count           int     `json:"count"`
+	ExpectedSeq     *uint64 `json:"expected_seq"`
+	UnknownProducer bool    `json:"unknown_producer"`
 }
 
 func statusError(resp *http.Response, body []byte) error {
@@ -87,11 +160,15 @@ func statusError(resp *http.Response, body []byte) error {
 	if json.Unmarshal(body, &a) != nil || a.Error == "" {
 		a.Error = string(body)
 	}
-	if resp.StatusCode == http.StatusBadRequest {
+	switch {
+	case resp.StatusCode == http.StatusBadRequest:
 		// Append writes one row per line, so the line names the row.
-		return &BadRequestError{Message: a.Error, Row: a.Line - 1, Column: a.Column}
+		return &BadRequestError{Message: a.Error, Row: a.Line - 1, Column: a.Column, Parameter: a.Parameter, Code: a.Code}
+	case resp.StatusCode == http.StatusConflict && a.Code == codeSequence && a.Seq != nil && a.ExpectedSeq != nil:
+		return &SequenceError{Producer: a.Producer, Seq: *a.Seq, Count: a.Count, Expected: *a.ExpectedSeq,
+			Unknown: a.UnknownProducer, Message: a.Error}
 	}
-	return &StatusError{Status: resp.StatusCode, Message: a.Error, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"))}
+	return &StatusError{Status: resp.StatusCode, Code: a.Code, Message: a.Error, RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"))}
 }
 
 // parseRetryAfter reads seconds or an HTTP date; 0 when absent or bad.
@@ -114,6 +191,55 @@ func retryable(err error) bool {
 		return true
 	}
 	return errors.Is(err, ErrBackpressure) || errors.Is(err, ErrUnavailable)
+}
+
+// refusal reports whether err is the writer's answer that it stored
+// nothing of the request, and whether the same request would always be
+// refused so (a bad row or parameter, too large), whatever an earlier
+// attempt of it met.
+func refusal(err error) (refused, always bool) {
+	var br *BadRequestError
+	var se *StatusError
+	var qe *SequenceError
+	switch {
+	case errors.As(err, &br):
+		// invalid_append covers the shard's source limit, which an
+		// earlier attempt may have passed.
+		return true, br.Code != codeInvalidAppend
+	case errors.As(err, &qe):
+		return true, false
+	case errors.As(err, &se):
+		switch se.Status {
+		case http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType:
+			return true, true
+		case http.StatusNotFound, http.StatusTooManyRequests:
+			return true, false
+		case http.StatusConflict:
+			return se.Code == codeNotOwner, false
+		}
+	}
+	return false, false
+}
+
+// outcomeError marks an error after which the rows may be stored.
+type outcomeError struct{ err error }
+
+func (e *outcomeError) Error() string {
+	return e.err.Error() + " (outcome unknown: the rows may or may not be stored)"
+}
+func (e *outcomeError) Unwrap() []error { return []error{e.err, ErrOutcomeUnknown} }
+
+// outcome marks err with ErrOutcomeUnknown when some attempt ended
+// without a definite answer (maybe, as for Client.send), unless the last
+// answer is a refusal that every attempt would have met.
+func outcome(err error, maybe bool) error {
+	if err == nil || !maybe {
+		return err
+	}
+	if refused, always := refusal(err); refused && always {
+		return err
+	}
+	return &outcomeError{err}
 }
 
 func retryAfter(err error) time.Duration {

@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -140,7 +141,7 @@ func (l *lane) run() {
 		if !ok {
 			return
 		}
-		res, err := l.b.c.send(l.b.ctx, l.shard, bt.body.Bytes(), bt.src)
+		res, err := l.b.c.appendBody(l.b.ctx, l.shard, bt.body.Bytes(), bt.rows, bt.src)
 		if err != nil {
 			l.fail(err)
 		}
@@ -177,6 +178,10 @@ func (l *lane) freeSpace() {
 // fail makes the lane refuse everything after a failed batch: sending
 // later batches would let their source offsets pass rows never stored.
 func (l *lane) fail(err error) {
+	var oe *outcomeError
+	if errors.As(err, &oe) {
+		err = oe.err // the later rows are not sent: their outcome is known
+	}
 	l.mu.Lock()
 	if l.failed == nil {
 		l.failed = fmt.Errorf("rollwal client: shard %q: refused after an earlier batch failed: %w", l.shard, err)

@@ -14,7 +14,6 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,6 +102,7 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("POST /v1/shards/{shard}/rows", s.handleRows)
 	s.mux.HandleFunc("POST /v1/shards/{shard}/flush", s.handleFlush)
 	s.mux.HandleFunc("GET /v1/shards/{shard}", s.handleStatus)
+	s.mux.HandleFunc("GET /v1/shards/{shard}/producers/{producer}", s.handleProducer)
 	s.mux.HandleFunc("GET /v1/shards", s.handleList)
 	s.mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -123,13 +123,40 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 // apiError is the JSON body of every error answer. Line locates an NDJSON
 // row (1-based); RecordBatch and Row locate an Arrow row (0-based, as
 // Arrow libraries index them).
+//
+// Code names the kind of refusal where one status covers several (see the
+// code* constants); Parameter names the query parameter a 400 refuses. The
+// producer fields are set on a 409 with code "sequence" only.
 type apiError struct {
 	Error       string `json:"error"`
+	Code        string `json:"code,omitempty"`
+	Parameter   string `json:"parameter,omitempty"`
 	Line        int    `json:"line,omitempty"`
 	RecordBatch *int   `json:"record_batch,omitempty"`
 	Row         *int   `json:"row,omitempty"`
 	Column      string `json:"column,omitempty"`
+	// Producer, Seq and Count are the refused batch's session, first
+	// sequence and row count; ExpectedSeq the producer's next expected
+	// sequence; UnknownProducer that the shard holds no state for it.
+	Producer        string  `json:"producer,omitempty"`
+	Seq             *uint64 `json:"seq,omitempty"`
+	Count           *int    `json:"count,omitempty"`
+	ExpectedSeq     *uint64 `json:"expected_seq,omitempty"`
+	UnknownProducer *bool   `json:"unknown_producer,omitempty"`
 }
+
+// Codes of error answers, in apiError.Code.
+const (
+	codeBadParameter     = "bad_parameter"      // 400: a query parameter is malformed
+	codeInvalidAppend    = "invalid_append"     // 400: the engine refused the producer id, sequence or source
+	codeSequence         = "sequence"           // 409: the batch is not at the producer's next expected sequence
+	codeNotOwner         = "not_owner"          // 409: fenced, not the owner (an append: nothing written)
+	codeOutcomeUnknown   = "outcome_unknown"    // 409: written, but not acknowledged
+	codeBackpressure     = "backpressure"       // 429: memory budget exhausted; Retry-After
+	codeTooManyProducers = "too_many_producers" // 429: the shard's producer limit; no Retry-After
+	codeTooLarge         = "too_large"          // 413: too many rows
+	codeStopped          = "stopped"            // 503: the shard stopped taking writes
+)
 
 // AppendResponse answers a successful ingest.
 type AppendResponse struct {
@@ -158,7 +185,10 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, code int, e apiError) {
-	if code == http.StatusTooManyRequests {
+	// A producer refused for the shard's producer limit gets no
+	// Retry-After: a slot frees only when some producer's state expires
+	// (days, by default), so a retry a second later would be refused again.
+	if code == http.StatusTooManyRequests && e.Code != codeTooManyProducers {
 		w.Header().Set("Retry-After", "1")
 	}
 	level := slog.LevelDebug
@@ -205,9 +235,9 @@ func (s *Server) handleRows(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	src, err := sourceOf(r)
-	if err != nil {
-		s.fail(w, r, http.StatusBadRequest, apiError{Error: err.Error()})
+	opts, perr := appendOptionsOf(r)
+	if perr != nil {
+		s.fail(w, r, http.StatusBadRequest, *perr)
 		return
 	}
 	body := &bodyReader{r: http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)}
@@ -221,7 +251,11 @@ func (s *Server) handleRows(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusBadRequest, apiError{Error: "no rows in the request body"})
 		return
 	}
-	res, err := sh.Append(r.Context(), d.rows, src)
+	if perr := checkSeqRange(opts.Producer, len(d.rows)); perr != nil {
+		s.fail(w, r, http.StatusBadRequest, *perr)
+		return
+	}
+	res, err := sh.AppendWith(r.Context(), d.rows, opts)
 	if err != nil {
 		code, e := s.appendError(err, d.locate)
 		s.fail(w, r, code, e)
@@ -321,29 +355,11 @@ func decodeError(err error, body *bodyReader) (int, apiError) {
 	return http.StatusBadRequest, apiError{Error: err.Error()}
 }
 
-// sourceOf reads the optional source and offset query parameters.
-func sourceOf(r *http.Request) (engine.Source, error) {
-	q := r.URL.Query()
-	name, off := q.Get("source"), q.Get("offset")
-	switch {
-	case name == "" && off == "":
-		return engine.Source{}, nil
-	case name == "":
-		return engine.Source{}, errors.New("query parameter offset needs source")
-	case off == "":
-		return engine.Source{}, errors.New("query parameter source needs offset")
-	}
-	n, err := strconv.ParseInt(off, 10, 64)
-	if err != nil {
-		return engine.Source{}, fmt.Errorf("query parameter offset %q: not an int64", off)
-	}
-	return engine.Source{Name: name, Offset: n}, nil
-}
-
 // appendError maps an engine error to a status and a body; locate, when
 // set, names where a rejected row came from.
 func (s *Server) appendError(err error, locate locator) (int, apiError) {
 	var rowErr *schema.RowError
+	var seqErr *engine.SequenceError
 	switch {
 	case errors.As(err, &rowErr):
 		if locate != nil {
@@ -352,16 +368,24 @@ func (s *Server) appendError(err error, locate locator) (int, apiError) {
 			}
 		}
 		return http.StatusBadRequest, apiError{Error: err.Error(), Column: rowErr.Column}
+	case errors.As(err, &seqErr):
+		return http.StatusConflict, sequenceAnswer(seqErr)
+	case errors.Is(err, engine.ErrInvalidAppend):
+		return http.StatusBadRequest, apiError{Error: err.Error(), Code: codeInvalidAppend}
+	case errors.Is(err, engine.ErrTooManyProducers):
+		return http.StatusTooManyRequests, apiError{Error: "the shard tracks as many producer sessions as it may; append without producer and seq, " +
+			"or wait for idle sessions to expire: " + err.Error(), Code: codeTooManyProducers}
 	case errors.Is(err, engine.ErrBatchTooLarge):
-		return http.StatusRequestEntityTooLarge, apiError{Error: err.Error()}
+		return http.StatusRequestEntityTooLarge, apiError{Error: err.Error(), Code: codeTooLarge}
 	case errors.Is(err, engine.ErrBackpressure):
-		return http.StatusTooManyRequests, apiError{Error: "memtable memory budget exhausted; retry later: " + err.Error()}
+		return http.StatusTooManyRequests, apiError{Error: "memtable memory budget exhausted; retry later: " + err.Error(), Code: codeBackpressure}
 	case errors.Is(err, engine.ErrUnknownOutcome):
-		return http.StatusConflict, apiError{Error: "outcome unknown: the rows may or may not be stored; retry them (ids make the retry idempotent): " + err.Error()}
+		return http.StatusConflict, apiError{Error: "outcome unknown: the rows may or may not be stored; retry them (with the same producer and seq; without a session, ids make the retry idempotent while the rows are in a memtable): " + err.Error(),
+			Code: codeOutcomeUnknown}
 	case errors.Is(err, engine.ErrFenced):
-		return http.StatusConflict, apiError{Error: "shard is fenced / not owned here: " + err.Error()}
+		return http.StatusConflict, apiError{Error: "shard is fenced / not owned here: " + err.Error(), Code: codeNotOwner}
 	case errors.Is(err, engine.ErrStopped), errors.Is(err, engine.ErrClosed):
-		return http.StatusServiceUnavailable, apiError{Error: "shard is stopped: " + err.Error()}
+		return http.StatusServiceUnavailable, apiError{Error: "shard is stopped: " + err.Error(), Code: codeStopped}
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable, apiError{Error: err.Error()}
 	}
