@@ -56,7 +56,9 @@ type httpEnv struct {
 	host   *engine.Host
 	local  *engine.Shard
 	ts     *httptest.Server
-	client *client.Client
+	// clients are one per concurrent producer, each its own session, as
+	// producers are: one session's batches to a shard go one at a time.
+	clients []*client.Client
 	// arrowHTTP posts Arrow bodies; like the client's, its transport keeps
 	// a connection per concurrent client.
 	arrowHTTP *http.Client
@@ -82,8 +84,12 @@ func newHTTPEnv(b *testing.B) *httpEnv {
 	srv := server.New(server.Options{Host: h, Shards: []string{"http", "local"}})
 	srv.SetReady(true)
 	env.ts = httptest.NewServer(srv)
-	if env.client, err = client.New(env.ts.URL, client.Options{}); err != nil {
-		b.Fatal(err)
+	for range httpClients {
+		c, err := client.New(env.ts.URL, client.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		env.clients = append(env.clients, c)
 	}
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConnsPerHost = httpClients
@@ -147,7 +153,7 @@ func benchHTTP(b *testing.B, batch int, format string) {
 			localTime += env.runLocal(b, work)
 		}
 		b.StartTimer()
-		took, l := runClients(b, work, func(r request) error { return env.post(r) })
+		took, l := runClients(b, work, env.post)
 		b.StopTimer()
 		httpTime += took
 		lat = append(lat, l...)
@@ -167,7 +173,7 @@ func benchHTTP(b *testing.B, batch int, format string) {
 }
 
 func (env *httpEnv) runLocal(b *testing.B, work [][]request) time.Duration {
-	took, _ := runClients(b, work, func(r request) error { return env.appendLocal(r) })
+	took, _ := runClients(b, work, func(_ int, r request) error { return env.appendLocal(r) })
 	return took
 }
 
@@ -186,7 +192,7 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // runClients runs each client's requests in its own goroutine and returns
 // the wall time and every request's latency.
-func runClients(b *testing.B, work [][]request, send func(request) error) (time.Duration, []time.Duration) {
+func runClients(b *testing.B, work [][]request, send func(c int, r request) error) (time.Duration, []time.Duration) {
 	lat := make([][]time.Duration, len(work))
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -194,7 +200,7 @@ func runClients(b *testing.B, work [][]request, send func(request) error) (time.
 		wg.Go(func() {
 			for _, r := range reqs {
 				t0 := time.Now()
-				if err := send(r); err != nil {
+				if err := send(c, r); err != nil {
 					b.Error(err)
 					return
 				}
@@ -206,9 +212,9 @@ func runClients(b *testing.B, work [][]request, send func(request) error) (time.
 	return time.Since(start), slices.Concat(lat...)
 }
 
-func (env *httpEnv) post(r request) error {
+func (env *httpEnv) post(c int, r request) error {
 	if r.arrow == nil {
-		res, err := env.client.Append(context.Background(), "http", r.rows, nil)
+		res, err := env.clients[c].Append(context.Background(), "http", r.rows, nil)
 		if err == nil && res.Stored != len(r.rows) {
 			err = fmt.Errorf("stored %d of %d rows", res.Stored, len(r.rows))
 		}
