@@ -53,9 +53,9 @@ func BenchmarkHTTPIngest(b *testing.B) {
 // httpEnv is a host with shards "http" (posted to) and "local" (appended
 // to in-process) behind a server on a loopback listener.
 type httpEnv struct {
-	host   *engine.Host
-	local  *engine.Shard
-	ts     *httptest.Server
+	host  *engine.Host
+	local *engine.Shard
+	ts    *httptest.Server
 	// clients are one per concurrent producer, each its own session, as
 	// producers are: one session's batches to a shard go one at a time.
 	clients []*client.Client
