@@ -203,6 +203,7 @@ func (s *Shard) write(b *schema.Batch, pre *wal.Prepared, meta RecordMeta) (Resu
 		return Result{}, 0, 0, fmt.Errorf("engine: shard %s: %w", s.name, err)
 	}
 	s.set.Insert(fresh, first, s.claim.Epoch, meta.Source.Name, meta.Source.Offset)
+	s.set.NotePosition(first + uint64(max(fresh.Len(), 1)) - 1)
 	s.noteProducer(meta)
 	if meta.Source.Name != "" {
 		s.sources[meta.Source.Name] = true

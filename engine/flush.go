@@ -64,7 +64,7 @@ func (s *Shard) commitGeneration(ctx context.Context, m *memtable.Memtable) erro
 	// generation must be one the WAL could replay. A generation of meta
 	// alone has no row positions: sync everything written so far.
 	_, last := m.SeqRange()
-	syncTo := s.maxSeq(m, last)
+	syncTo := max(s.maxSeq(m, last), m.MaxPos())
 	if m.Len() == 0 {
 		syncTo = s.w.Tail()
 	}
@@ -168,7 +168,7 @@ func (s *Shard) writeGeneration(ctx context.Context, m *memtable.Memtable) (gene
 	first, last := m.SeqRange()
 	meta := generation.Meta{
 		FormatVersion: generation.FormatVersion, Table: s.opts.Table, Shard: s.name,
-		Generation: m.Generation(), Epoch: s.claim.Epoch, SeqFirst: first, SeqLast: s.maxSeq(m, last),
+		Generation: m.Generation(), Epoch: s.claim.Epoch, SeqFirst: first, SeqLast: max(s.maxSeq(m, last), m.MaxPos()),
 		Rows: int64(m.Len()), SchemaFingerprint: s.opts.Schema.Fingerprint(),
 		CreatedUnixNano: s.opts.Now().UnixNano(),
 	}

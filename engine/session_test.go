@@ -218,3 +218,34 @@ func TestOffsetsOfReplayedAndDuplicateBatchesCommit(t *testing.T) {
 		t.Fatalf("committed offsets %v, want stream-a 44 and stream-b 7", got)
 	}
 }
+
+// TestReplayCursorCoversWholeRecords: a generation's seq range covers
+// every WAL position its records took, rows or not, so the replay cursor
+// never stops short of (or inside) a record that committed: here a record
+// of meta alone (every row a duplicate) ends the memtable, and after the
+// flush the cursor is past it, so no later replay reads it again.
+func TestReplayCursorCoversWholeRecords(t *testing.T) {
+	ctx := context.Background()
+	opts := testOptions(vfs.NewStrictMem(), tableName(t, ""))
+	h := openHost(t, opts)
+	defer h.Close(ctx)
+	s := mustOpen(t, h, "s0")
+	res, err := s.Append(ctx, rows("c", 0, 3), Source{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, rows("c", 0, 3), Source{Name: "stream", Offset: 9}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m := s.Manifest()
+	if want := res.LastSeq + 1; m.ReplayCursor != want || m.Flushed[0].SeqLast != want {
+		t.Fatalf("replay cursor %d, generation seq_last %d; want both %d (the position of the meta-only record)",
+			m.ReplayCursor, m.Flushed[0].SeqLast, want)
+	}
+	if m.SourceOffsets["stream"] != 9 {
+		t.Fatalf("committed offsets %v", m.SourceOffsets)
+	}
+}

@@ -359,6 +359,7 @@ func (s *Shard) replayBatch(ctx context.Context, b *schema.Batch, h wal.Header, 
 		return 0, err
 	}
 	defer s.replayMeta(meta)
+	s.set.NotePosition(h.FirstPos + uint64(h.Count) - 1)
 	switch {
 	case fresh.Len() == 0:
 		s.set.Insert(fresh, 0, h.Epoch, meta.Source.Name, meta.Source.Offset)

@@ -28,7 +28,11 @@ type Memtable struct {
 	// records carry.
 	producers map[string]ProducerMark
 	metaSince time.Time
-	arena     arena
+	// maxPos is the highest WAL position a record of this generation
+	// covers, rows or not (a record whose last rows were duplicates, a
+	// record of meta alone).
+	maxPos uint64
+	arena  arena
 }
 
 // ProducerMark is where a producer session stands after a generation's
@@ -149,6 +153,18 @@ func (m *Memtable) Producers() map[string]ProducerMark {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return maps.Clone(m.producers)
+}
+
+// MaxPos is the highest WAL position the records of this generation cover,
+// as noted with Set.NotePosition; at least the last row's _seq once one is
+// inserted.
+func (m *Memtable) MaxPos() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n := len(m.seqs); n > 0 {
+		return max(m.maxPos, m.seqs[n-1])
+	}
+	return m.maxPos
 }
 
 // HasMeta reports whether the memtable carries source offsets or producer

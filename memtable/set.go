@@ -148,6 +148,15 @@ func (s *Set) Insert(b *schema.Batch, firstSeq, epoch uint64, source string, off
 	}
 }
 
+// NotePosition records that a record of the active memtable covers WAL
+// positions up to pos, so that the generation it becomes covers the whole
+// record even where its last positions hold no row.
+func (s *Set) NotePosition(pos uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.active.maxPos = max(s.active.maxPos, pos)
+}
+
 // NoteProducer records in the active memtable where a producer session
 // stands after a record of it: the generation that commits the memtable
 // carries the mark to the producer state.
