@@ -78,10 +78,17 @@
 //	epochs[]            per claim: epoch, start_generation, start_position,
 //	                    replay_end_generation
 //	source_offsets{}    highest producer offset per source covered
+//	producer_state      optional (absent until a producer session appears):
+//	                    file (relative to the shard's directory), size,
+//	                    crc32c, producers — the producer-state file as of
+//	                    the committed generations (docs/format/producer-state.md)
 //
 // A flush of generation g commits flushed += g, current_generation = g+1,
-// replay_cursor = g.seq_last, strictly in generation order. A drain removes
-// a prefix of flushed once the base table's watermark covers it.
+// replay_cursor = g.seq_last, strictly in generation order. A generation
+// whose records were all duplicates (offsets and producer sequences only)
+// commits current_generation = g+1 with no flushed entry and the cursor
+// unchanged. A drain removes a prefix of flushed once the base table's
+// watermark covers it.
 //
 // # Concurrency
 //
