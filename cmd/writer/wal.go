@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/schollz/progressbar/v3"
@@ -94,11 +95,11 @@ func (o *walOptions) dir() string {
 // scan reads the whole WAL, decoding every payload with the table's
 // schema: bytes that pass their CRC but do not decode would fail the
 // engine's replay, so they are corruption too.
-func (o *walOptions) scan(log *slog.Logger, each func(wal.Record, *schema.Batch) error) (wal.ScanReport, error) {
+func (o *walOptions) scan(log *slog.Logger, each func(wal.Record, engine.RecordMeta, *schema.Batch) error) (wal.ScanReport, error) {
 	sch := schema.Rollout()
 	return wal.Scan(wal.ScanOptions{Dir: o.dir(), Payloads: true, Segment: scanProgress(log, o.dir()),
 		Record: func(r wal.Record) error {
-			_, b, err := engine.DecodeRecord(sch, r.Header, r.Payload)
+			meta, b, err := engine.DecodeRecord(sch, r.Header, r.Payload)
 			if err != nil {
 				return &wal.CorruptionError{Segment: r.Segment, Offset: r.Offset,
 					Err: fmt.Errorf("payload is not a batch of the table's schema: %w", err)}
@@ -106,7 +107,7 @@ func (o *walOptions) scan(log *slog.Logger, each func(wal.Record, *schema.Batch)
 			if each == nil {
 				return nil
 			}
-			return each(r, b)
+			return each(r, meta, b)
 		}})
 }
 
@@ -262,17 +263,49 @@ func orDefault(s, def string) string {
 
 // dumpRecord is one line of `wal dump -o json`.
 type dumpRecord struct {
-	Segment     string           `json:"segment"`
-	Offset      int64            `json:"offset"`
-	Epoch       uint64           `json:"epoch"`
-	Generation  uint64           `json:"generation"`
-	FirstPos    uint64           `json:"first_pos"`
-	LastPos     uint64           `json:"last_pos"`
-	Rows        uint32           `json:"rows"`
-	Bytes       int64            `json:"bytes"`
-	RawBytes    int64            `json:"raw_bytes"`
-	Compression string           `json:"compression"`
-	Data        []map[string]any `json:"data,omitempty"`
+	Segment     string `json:"segment"`
+	Offset      int64  `json:"offset"`
+	Epoch       uint64 `json:"epoch"`
+	Generation  uint64 `json:"generation"`
+	FirstPos    uint64 `json:"first_pos"`
+	LastPos     uint64 `json:"last_pos"`
+	Rows        uint32 `json:"rows"`
+	Bytes       int64  `json:"bytes"`
+	RawBytes    int64  `json:"raw_bytes"`
+	Compression string `json:"compression"`
+	// Producer, Seq and Count are the producer session a record carries;
+	// Source and SourceOffset its snapshot source.
+	Producer     string           `json:"producer,omitempty"`
+	Seq          *uint64          `json:"seq,omitempty"`
+	Count        *uint64          `json:"count,omitempty"`
+	Source       string           `json:"source,omitempty"`
+	SourceOffset *int64           `json:"source_offset,omitempty"`
+	Data         []map[string]any `json:"data,omitempty"`
+}
+
+// withMeta adds what a record carries besides rows.
+func (d *dumpRecord) withMeta(m engine.RecordMeta) {
+	if m.Producer.ID != "" {
+		d.Producer, d.Seq, d.Count = m.Producer.ID, &m.Producer.Seq, &m.Count
+	}
+	if m.Source.Name != "" {
+		d.Source, d.SourceOffset = m.Source.Name, &m.Source.Offset
+	}
+}
+
+// metaText is a record's meta for the table output; "-" when none.
+func (d dumpRecord) metaText() string {
+	var parts []string
+	if d.Producer != "" {
+		parts = append(parts, fmt.Sprintf("producer=%s seq=%d count=%d", d.Producer, *d.Seq, *d.Count))
+	}
+	if d.Source != "" {
+		parts = append(parts, fmt.Sprintf("source=%s offset=%d", d.Source, *d.SourceOffset))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " ")
 }
 
 func (o *walOptions) dump(out io.Writer, log *slog.Logger) error {
@@ -281,12 +314,13 @@ func (o *walOptions) dump(out io.Writer, log *slog.Logger) error {
 	var tw *tabwriter.Writer
 	if o.output == "table" && !o.rows {
 		tw = tabwriter.NewWriter(out, 2, 8, 2, ' ', 0)
-		fmt.Fprintln(tw, "SEGMENT\tOFFSET\tEPOCH\tGENERATION\tPOSITIONS\tROWS\tBYTES\tRAW_BYTES\tCODEC")
+		fmt.Fprintln(tw, "SEGMENT\tOFFSET\tEPOCH\tGENERATION\tPOSITIONS\tROWS\tBYTES\tRAW_BYTES\tCODEC\tMETA")
 	}
-	rep, err := o.scan(log, func(r wal.Record, b *schema.Batch) error {
+	rep, err := o.scan(log, func(r wal.Record, meta engine.RecordMeta, b *schema.Batch) error {
 		d := dumpRecord{Segment: r.Segment, Offset: r.Offset, Epoch: r.Epoch, Generation: r.Generation,
-			FirstPos: r.FirstPos, LastPos: r.FirstPos + uint64(r.Count) - 1, Rows: r.Count,
+			FirstPos: r.FirstPos, LastPos: r.FirstPos + uint64(r.Count) - 1, Rows: uint32(b.Len()),
 			Bytes: r.Size, RawBytes: r.RawSize, Compression: r.Compression.String()}
+		d.withMeta(meta)
 		if o.rows {
 			d.Data = rowsOf(sch, b, r)
 		}
@@ -309,12 +343,12 @@ func (o *walOptions) printRecord(out io.Writer, tw *tabwriter.Writer, d dumpReco
 	case o.output == "json":
 		return json.NewEncoder(out).Encode(d)
 	case tw != nil:
-		_, err := fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%s\n", d.Segment, d.Offset, d.Epoch, d.Generation,
-			positions(d.FirstPos, d.LastPos), d.Rows, d.Bytes, d.RawBytes, d.Compression)
+		_, err := fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%s\t%s\n", d.Segment, d.Offset, d.Epoch, d.Generation,
+			positions(d.FirstPos, d.LastPos), d.Rows, d.Bytes, d.RawBytes, d.Compression, d.metaText())
 		return err
 	}
-	fmt.Fprintf(out, "# %s offset %d: epoch %d, generation %d, positions %d-%d, %d rows, %d bytes (%s)\n",
-		d.Segment, d.Offset, d.Epoch, d.Generation, d.FirstPos, d.LastPos, d.Rows, d.Bytes, d.Compression)
+	fmt.Fprintf(out, "# %s offset %d: epoch %d, generation %d, positions %d-%d, %d rows, %d bytes (%s), %s\n",
+		d.Segment, d.Offset, d.Epoch, d.Generation, d.FirstPos, d.LastPos, d.Rows, d.Bytes, d.Compression, d.metaText())
 	enc := json.NewEncoder(out)
 	for _, row := range d.Data {
 		if err := enc.Encode(row); err != nil {
