@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -62,6 +63,13 @@ type CassandraOptions struct {
 	// Datacenter, when set, is the local datacenter: requests go to its
 	// hosts first. Empty: all hosts, round robin.
 	Datacenter string
+	// Username and Password, when Username is set, log in with Cassandra's
+	// PasswordAuthenticator.
+	Username, Password string
+	// TLS, when set, encrypts every connection. Server certificates are
+	// verified (against ServerName, or else each host's address) unless
+	// InsecureSkipVerify is set. Nil: plain text.
+	TLS *tls.Config
 	// LegacyLastWriteWins writes with plain UPDATE and DELETE, with no
 	// fence: a stale writer overwrites a newer snapshot (the bug the LWT
 	// fence exists for). For parity with deployments that have not switched
@@ -104,6 +112,8 @@ func (o *CassandraOptions) Validate() error {
 		return bad("table %q: want [a-z][a-z0-9_]{0,47}", o.Table)
 	case o.TTL < 0 || o.TTL > MaxCassandraTTL:
 		return bad("TTL %s: want 0 (none) up to %s", o.TTL, MaxCassandraTTL)
+	case o.Password != "" && o.Username == "":
+		return bad("Password is set without Username")
 	}
 	switch o.Consistency {
 	case gocql.Quorum, gocql.LocalQuorum, gocql.All:
@@ -257,6 +267,12 @@ func connect(opts CassandraOptions) (*gocql.Session, error) {
 		fallback = gocql.DCAwareRoundRobinPolicy(opts.Datacenter)
 	}
 	cluster.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(fallback)
+	if opts.Username != "" {
+		cluster.Authenticator = gocql.PasswordAuthenticator{Username: opts.Username, Password: opts.Password}
+	}
+	if opts.TLS != nil {
+		cluster.SslOpts = &gocql.SslOptions{Config: opts.TLS, EnableHostVerification: !opts.TLS.InsecureSkipVerify}
+	}
 	session, err := cluster.CreateSession()
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: cassandra: connect to %v: %w", opts.Hosts, err)

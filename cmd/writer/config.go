@@ -29,8 +29,9 @@ const passwordEnv = "ROLLWAL_ETCD_PASSWORD"
 
 // Config is the writer's configuration file: the settings of `writer
 // serve`, of which merge, inspect, wal and snapshot share data_dir, table
-// and etcd. Each command starts from defaultConfig, applies the file given
-// with --config, then the flags set on its command line.
+// and etcd, and snapshot get snapshots too. Each command starts from
+// defaultConfig, applies the file given with --config, then the flags set
+// on its command line.
 type Config struct {
 	DataDir         string            `yaml:"data_dir"`
 	Listen          string            `yaml:"listen"`
@@ -45,6 +46,7 @@ type Config struct {
 	UnreadyDelay    time.Duration     `yaml:"unready_delay"`
 	LogLevel        string            `yaml:"log_level"`
 	Etcd            etcdclient.Config `yaml:"etcd"`
+	Snapshots       SnapshotsConfig   `yaml:"snapshots"`
 }
 
 func defaultConfig() Config {
@@ -52,6 +54,7 @@ func defaultConfig() Config {
 		DataDir: "./data", Listen: "127.0.0.1:8080", Table: "rollouts", Shards: []string{"default"},
 		FlushBytes: 64 << 20, FlushAge: 30 * time.Second, LeaseTTL: 5 * time.Second,
 		MaxBodyBytes: server.DefaultMaxBodyBytes, ShutdownTimeout: 30 * time.Second, LogLevel: "info",
+		Snapshots: defaultSnapshots(),
 	}
 	c.Etcd.EnsureDefaults()
 	return c
@@ -83,6 +86,26 @@ var settings = []setting{
 	{"etcd.tls.ca_file", "etcd-ca-file", func(d, s *Config) { d.Etcd.TLS.CAFile = s.Etcd.TLS.CAFile }},
 	{"etcd.tls.cert_file", "etcd-cert-file", func(d, s *Config) { d.Etcd.TLS.CertFile = s.Etcd.TLS.CertFile }},
 	{"etcd.tls.key_file", "etcd-key-file", func(d, s *Config) { d.Etcd.TLS.KeyFile = s.Etcd.TLS.KeyFile }},
+	{"snapshots.backend", "snapshots-backend", func(d, s *Config) { d.Snapshots.Backend = s.Snapshots.Backend }},
+	{"snapshots.cassandra.hosts", "cassandra-hosts", func(d, s *Config) { d.Snapshots.Cassandra.Hosts = s.Snapshots.Cassandra.Hosts }},
+	{"snapshots.cassandra.keyspace", "cassandra-keyspace", func(d, s *Config) { d.Snapshots.Cassandra.Keyspace = s.Snapshots.Cassandra.Keyspace }},
+	{"snapshots.cassandra.table", "cassandra-table", func(d, s *Config) { d.Snapshots.Cassandra.Table = s.Snapshots.Cassandra.Table }},
+	{"snapshots.cassandra.consistency", "cassandra-consistency", func(d, s *Config) {
+		d.Snapshots.Cassandra.Consistency = s.Snapshots.Cassandra.Consistency
+	}},
+	{"snapshots.cassandra.serial_consistency", "cassandra-serial-consistency", func(d, s *Config) {
+		d.Snapshots.Cassandra.SerialConsistency = s.Snapshots.Cassandra.SerialConsistency
+	}},
+	{"snapshots.cassandra.timeout", "cassandra-timeout", func(d, s *Config) { d.Snapshots.Cassandra.Timeout = s.Snapshots.Cassandra.Timeout }},
+	{"snapshots.cassandra.username", "cassandra-username", func(d, s *Config) { d.Snapshots.Cassandra.Username = s.Snapshots.Cassandra.Username }},
+	{"snapshots.cassandra.datacenter", "cassandra-datacenter", func(d, s *Config) {
+		d.Snapshots.Cassandra.Datacenter = s.Snapshots.Cassandra.Datacenter
+	}},
+	{"snapshots.cassandra.tls.ca_file", "cassandra-ca-file", func(d, s *Config) { d.Snapshots.Cassandra.TLS.CAFile = s.Snapshots.Cassandra.TLS.CAFile }},
+	{"snapshots.cassandra.tls.cert_file", "cassandra-cert-file", func(d, s *Config) {
+		d.Snapshots.Cassandra.TLS.CertFile = s.Snapshots.Cassandra.TLS.CertFile
+	}},
+	{"snapshots.cassandra.tls.key_file", "cassandra-key-file", func(d, s *Config) { d.Snapshots.Cassandra.TLS.KeyFile = s.Snapshots.Cassandra.TLS.KeyFile }},
 }
 
 func addConfigFlag(f *pflag.FlagSet, path *string) {
@@ -109,7 +132,19 @@ func resolveConfig(f *pflag.FlagSet, path string, flagged Config) (Config, error
 	if cfg.Etcd.Password == "" && cfg.Etcd.Username != "" {
 		cfg.Etcd.Password = os.Getenv(passwordEnv)
 	}
+	if cs := &cfg.Snapshots.Cassandra; cs.Password == "" && cs.Username != "" {
+		cs.Password = os.Getenv(cassandraPasswordEnv)
+	}
+	// --cassandra-hosts alone (as snapshot get has always taken it) means
+	// the Cassandra store.
+	if changed["snapshots.cassandra.hosts"] != "" && changed["snapshots.backend"] == "" {
+		cfg.Snapshots.Backend = backendCassandra
+	}
 	err := cfg.Validate()
+	if err == nil { // print the levels as Cassandra spells them
+		cs := &cfg.Snapshots.Cassandra
+		cs.Consistency, cs.SerialConsistency = strings.ToUpper(cs.Consistency), strings.ToUpper(cs.SerialConsistency)
+	}
 	var ce *configError
 	switch {
 	case errors.As(err, &ce) && changed[ce.key] != "":
@@ -190,6 +225,8 @@ func expandEnv(data []byte, lookup func(string) (string, bool)) ([]byte, error) 
 // sections names the YAML section of each configuration type, for errors.
 var sections = map[string]string{
 	"main.Config": "", "etcdclient.Config": "etcd", "etcdclient.TLSConfig": "etcd.tls",
+	"main.SnapshotsConfig": "snapshots", "main.CassandraConfig": "snapshots.cassandra",
+	"main.CassandraTLSConfig": "snapshots.cassandra.tls",
 }
 
 // explainYAML rewrites the decoder's messages in the file's terms: unknown
@@ -233,7 +270,7 @@ func badValue(key string, value any, format string, args ...any) error {
 
 // Validate reports the first unusable setting, naming its key and value.
 func (c *Config) Validate() error {
-	for _, check := range []func() error{c.validatePlaces, c.validateShards, c.validateSizes, c.validateEtcd} {
+	for _, check := range []func() error{c.validatePlaces, c.validateShards, c.validateSizes, c.validateEtcd, c.validateSnapshots} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -343,10 +380,14 @@ func (c *Config) validateEtcd() error {
 	return nil
 }
 
-// redacted returns c with the etcd password hidden, for printing.
+// redacted returns c with the etcd and Cassandra passwords hidden, for
+// printing.
 func (c Config) redacted() Config {
 	if c.Etcd.Password != "" {
 		c.Etcd.Password = "REDACTED"
+	}
+	if c.Snapshots.Cassandra.Password != "" {
+		c.Snapshots.Cassandra.Password = "REDACTED"
 	}
 	return c
 }
@@ -411,7 +452,8 @@ func (o *storeOptions) resolve(f *pflag.FlagSet) error {
 func (o *serveOptions) config() Config {
 	return Config{DataDir: o.dataDir, Listen: o.listen, AdminListen: o.adminListen, Table: o.table,
 		Shards: o.shards, FlushBytes: o.flushBytes, FlushAge: o.flushAge, LeaseTTL: o.leaseTTL,
-		MaxBodyBytes: o.maxBodyBytes, ShutdownTimeout: o.shutdownTimeout, UnreadyDelay: o.unreadyDelay, LogLevel: o.logLevel, Etcd: o.etcd}
+		MaxBodyBytes: o.maxBodyBytes, ShutdownTimeout: o.shutdownTimeout, UnreadyDelay: o.unreadyDelay, LogLevel: o.logLevel, Etcd: o.etcd,
+		Snapshots: o.snapshots}
 }
 
 // resolve applies the configuration file under the flags set.
@@ -423,5 +465,6 @@ func (o *serveOptions) resolve(f *pflag.FlagSet) error {
 	o.dataDir, o.listen, o.adminListen, o.table, o.shards = c.DataDir, c.Listen, c.AdminListen, c.Table, c.Shards
 	o.flushBytes, o.flushAge, o.leaseTTL = c.FlushBytes, c.FlushAge, c.LeaseTTL
 	o.maxBodyBytes, o.shutdownTimeout, o.unreadyDelay, o.logLevel, o.etcd = c.MaxBodyBytes, c.ShutdownTimeout, c.UnreadyDelay, c.LogLevel, c.Etcd
+	o.snapshots = c.Snapshots
 	return nil
 }

@@ -96,3 +96,119 @@ func writeTestFile(t *testing.T, path, data string) {
 		t.Fatal(err)
 	}
 }
+
+// TestSnapshotsConfig: the snapshots section is strict like the rest of the
+// file, and every bad value is named by its key and value.
+func TestSnapshotsConfig(t *testing.T) {
+	dir := t.TempDir()
+	notPEM := filepath.Join(dir, "not.pem")
+	writeTestFile(t, notPEM, "not a certificate\n")
+	cass := func(extra string) string {
+		return "snapshots:\n  backend: cassandra\n  cassandra:\n    hosts: [c1:9042, c2]\n" + extra
+	}
+	for _, tc := range []struct {
+		name, file, want string
+	}{
+		{"unknown key", "snapshots:\n  backend: etcd\n  hosts: [c1]\n", `line 3: unknown key "hosts" in section snapshots`},
+		{"unknown cassandra key", cass("    replicas: 3\n"), `line 5: unknown key "replicas" in section snapshots.cassandra`},
+		{"unknown tls key", cass("    tls:\n      ca: x\n"), `line 6: unknown key "ca" in section snapshots.cassandra.tls`},
+		{"bad backend", "snapshots:\n  backend: mysql\n", `snapshots.backend "mysql": want etcd or cassandra`},
+		{"cassandra without hosts", "snapshots:\n  backend: cassandra\n", `snapshots.cassandra.hosts "[]": backend cassandra needs at least one contact point`},
+		{"hosts beside etcd", "snapshots:\n  cassandra:\n    hosts: [c1]\n", `snapshots.cassandra.hosts [c1]: is set but snapshots.backend is etcd`},
+		{"bad host", strings.Replace(cass(""), "c2", "c2:x", 1), `snapshots.cassandra.hosts [c1:9042 c2:x]: "c2:x": port "x" is not a number`},
+		{"bad consistency", cass("    consistency: ONE\n"), `snapshots.cassandra.consistency "ONE": want QUORUM, LOCAL_QUORUM or ALL`},
+		{"bad serial consistency", cass("    serial_consistency: QUORUM\n"), `snapshots.cassandra.serial_consistency "QUORUM": want SERIAL or LOCAL_SERIAL`},
+		{"bad keyspace", cass("    keyspace: Rollwal\n"), `snapshots.cassandra.keyspace "Rollwal": want a lower-case CQL identifier`},
+		{"bad table", cass("    table: snap-shots\n"), `snapshots.cassandra.table "snap-shots": want a lower-case CQL identifier`},
+		{"negative ttl", cass("    ttl: -1s\n"), `snapshots.cassandra.ttl -1s: want 0`},
+		{"zero timeout", cass("    timeout: 0s\n"), `snapshots.cassandra.timeout 0s: must be positive`},
+		{"username without password", cass("    username: writer\n"), `snapshots.cassandra.username "writer": is set without a password: put it in $ROLLWAL_CASSANDRA_PASSWORD`},
+		{"password without username", cass("    password: pw\n"), `snapshots.cassandra.password "REDACTED": is set without snapshots.cassandra.username`},
+		{"ca file not PEM", cass("    tls:\n      ca_file: " + notPEM + "\n"), `snapshots.cassandra.tls.ca_file "` + notPEM + `": no PEM certificate`},
+		{"cert without key", cass("    tls:\n      cert_file: c.pem\n"), `snapshots.cassandra.tls.cert_file "c.pem": is set without snapshots.cassandra.tls.key_file`},
+		{"tls beside etcd", "snapshots:\n  cassandra:\n    tls:\n      server_name: c1\n", `snapshots.cassandra.tls.server_name "c1": is set but snapshots.backend is etcd`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "w.yaml")
+			writeTestFile(t, path, tc.file)
+			_, err := resolveConfig(pflag.NewFlagSet("x", pflag.ContinueOnError), path, Config{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "config "+path+": ") {
+				t.Fatalf("%q: %v; want an error naming the file and %q", tc.file, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestSnapshotsConfigResolves: a good section becomes the store's options;
+// the password comes from $ROLLWAL_CASSANDRA_PASSWORD and is redacted when
+// printed; levels are spelled as Cassandra does.
+func TestSnapshotsConfigResolves(t *testing.T) {
+	t.Setenv(cassandraPasswordEnv, "s3cret")
+	path := filepath.Join(t.TempDir(), "w.yaml")
+	writeTestFile(t, path, "snapshots:\n  backend: cassandra\n  cassandra:\n    hosts: [c1:9042, c2]\n    keyspace: ks\n"+
+		"    consistency: quorum\n    serial_consistency: serial\n    ttl: 720h\n    timeout: 3s\n    username: writer\n"+
+		"    tls:\n      server_name: cassandra.internal\n    create_schema: true\n    datacenter: dc1\n")
+	cfg, err := resolveConfig(pflag.NewFlagSet("x", pflag.ContinueOnError), path, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := cfg.Snapshots.Cassandra
+	if cs.Password != "s3cret" || cfg.redacted().Snapshots.Cassandra.Password != "REDACTED" || cs.Consistency != "QUORUM" || cs.SerialConsistency != "SERIAL" {
+		t.Fatalf("resolved %+v", cs)
+	}
+	opts, err := cs.options(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(opts.Hosts, []string{"c1:9042", "c2"}) || opts.Keyspace != "ks" || opts.Table != "snapshots" ||
+		opts.Consistency.String() != "QUORUM" || opts.SerialConsistency.String() != "SERIAL" || opts.TTL != 720*time.Hour ||
+		opts.Timeout != 3*time.Second || opts.Username != "writer" || opts.Password != "s3cret" || !opts.CreateSchema ||
+		opts.Datacenter != "dc1" || opts.TLS == nil || opts.TLS.ServerName != "cassandra.internal" || opts.TLS.InsecureSkipVerify {
+		t.Fatalf("options %+v", opts)
+	}
+	if def := defaultConfig(); def.Snapshots.Backend != "etcd" || def.Validate() != nil {
+		t.Fatalf("default snapshots %+v: %v", def.Snapshots, def.Validate())
+	}
+}
+
+// TestSnapshotFlagsOverrideTheFile: the snapshot flags (serve's and
+// snapshot get's) override the section; --cassandra-hosts alone (snapshot
+// get's flag of old) selects the Cassandra store; a flag's bad value is
+// named by the flag.
+func TestSnapshotFlagsOverrideTheFile(t *testing.T) {
+	for _, f := range []*pflag.FlagSet{newServe().Flags(), newSnapshotGet().Flags()} {
+		for _, s := range settings {
+			if strings.HasPrefix(s.key, "snapshots.") && f.Lookup(s.flag) == nil {
+				t.Errorf("a command lacks --%s for key %s", s.flag, s.key)
+			}
+		}
+	}
+	path := filepath.Join(t.TempDir(), "w.yaml")
+	writeTestFile(t, path, "snapshots:\n  cassandra:\n    keyspace: fromfile\n    table: t1\n")
+	resolve := func(args ...string) (Config, error) {
+		var flagged Config
+		f := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+		addSnapshotFlags(f, &flagged.Snapshots)
+		if err := f.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return resolveConfig(f, path, flagged)
+	}
+	got, err := resolve("--cassandra-hosts", "c9:9142", "--cassandra-table", "t2")
+	if cs := got.Snapshots.Cassandra; err != nil || got.Snapshots.Backend != "cassandra" || cs.Keyspace != "fromfile" ||
+		cs.Table != "t2" || !slices.Equal(cs.Hosts, []string{"c9:9142"}) {
+		t.Fatalf("resolved %+v, %v", got.Snapshots, err)
+	}
+	if _, err := resolve("--snapshots-backend", "etcd", "--cassandra-hosts", "c9"); err == nil ||
+		!strings.HasPrefix(err.Error(), `--cassandra-hosts [c9]: is set but snapshots.backend is etcd`) {
+		t.Fatalf("--snapshots-backend etcd --cassandra-hosts: %v", err)
+	}
+	if _, err := resolve("--cassandra-hosts", "c9", "--cassandra-consistency", "ANY"); err == nil ||
+		!strings.HasPrefix(err.Error(), `--cassandra-consistency "ANY": want QUORUM, LOCAL_QUORUM or ALL`) {
+		t.Fatalf("--cassandra-consistency ANY: %v", err)
+	}
+	if _, err := run(t, "serve", "--data-dir", t.TempDir(), "--snapshots-backend", "cassandra"); err == nil ||
+		err.Error() != `snapshots.cassandra.hosts "[]": backend cassandra needs at least one contact point (host or host:port)` {
+		t.Fatalf("serve --snapshots-backend cassandra: %v", err)
+	}
+}

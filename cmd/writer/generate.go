@@ -21,7 +21,6 @@ import (
 	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/internal/etcdclient"
 	"github.com/rollwal/rollwal/internal/rolloutgen"
-	"github.com/rollwal/rollwal/snapshot"
 	"github.com/rollwal/rollwal/wal"
 )
 
@@ -110,7 +109,7 @@ func (o *generateOptions) run(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	defer meta.Close()
-	snaps, err := snapshot.NewEtcd(meta.client, "rollwal-snapshots", snapshot.EtcdOptions{RequestTimeout: meta.requestTimeout})
+	snaps, _, err := openSnapshots(ctx, SnapshotsConfig{Backend: backendEtcd}, meta, log)
 	if err != nil {
 		return err
 	}

@@ -19,7 +19,6 @@ import (
 	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/internal/etcdclient"
 	"github.com/rollwal/rollwal/server"
-	"github.com/rollwal/rollwal/snapshot"
 )
 
 type serveOptions struct {
@@ -37,6 +36,7 @@ type serveOptions struct {
 	adminListen     string
 	configFile      string
 	unreadyDelay    time.Duration
+	snapshots       SnapshotsConfig
 }
 
 func newServe() *cobra.Command {
@@ -75,16 +75,18 @@ func newServe() *cobra.Command {
 	f.DurationVar(&o.unreadyDelay, "unready-delay", def.UnreadyDelay, "at SIGTERM, answer /readyz (and ingest) 503 this long before closing the listener: "+
 		"set it to what a load balancer needs to see the writer unready, so that it stops routing here before connections are refused")
 	addEtcdFlags(f, &o.etcd)
+	addSnapshotFlags(f, &o.snapshots)
 	return cmd
 }
 
 // run serves until ctx ends, then shuts down in order: unready (for
 // --unready-delay, with the listener still open), stop taking requests,
-// close the host (flush, release the leases), close etcd.
+// close the host (flush, release the leases), close the snapshot store and
+// etcd.
 func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
-	// The data dir's lock and the metadata store first: a second serve on a
-	// data dir in use fails here, before it opens a port that probes would
-	// find.
+	// The data dir's lock, the metadata store and the snapshot store first:
+	// a second serve on a data dir in use, or one whose snapshot store does
+	// not answer, fails here, before it opens a port that probes would find.
 	meta, err := openMetadata(ctx, o.dataDir, o.etcd, dirUse{command: "serve", writes: true}, log)
 	if err != nil {
 		return err
@@ -94,6 +96,12 @@ func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
 			err = errors.Join(err, fmt.Errorf("close etcd: %w", cerr))
 		}
 	}()
+	snaps, closeSnaps, err := openSnapshots(ctx, o.snapshots, meta, log)
+	if err != nil {
+		return err
+	}
+	defer closeSnaps()
+	log.Info("snapshot store open", o.snapshotsAttrs()...)
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", o.listen, err)
@@ -105,11 +113,6 @@ func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
 		return err
 	}
 	defer admin.Close()
-	snaps, err := snapshot.NewEtcd(meta.client, "rollwal-snapshots", snapshot.EtcdOptions{RequestTimeout: meta.requestTimeout})
-	if err != nil {
-		ln.Close()
-		return err
-	}
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	host, err := engine.NewHost(engine.Options{
@@ -174,4 +177,14 @@ func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
 		log.Info("stopped")
 	}
 	return runErr
+}
+
+// snapshotsAttrs describe the snapshot store for the log.
+func (o *serveOptions) snapshotsAttrs() []any {
+	if o.snapshots.Backend != backendCassandra {
+		return []any{"backend", backendEtcd, "prefix", snapshotPrefix}
+	}
+	c := o.snapshots.Cassandra
+	return []any{"backend", backendCassandra, "hosts", c.Hosts, "keyspace", c.Keyspace, "table", c.Table,
+		"consistency", c.Consistency, "serial_consistency", c.SerialConsistency}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/rollwal/rollwal/snapshot"
 )
@@ -73,25 +74,22 @@ func (o *snapshotSchemaOptions) run(ctx context.Context, out io.Writer) error {
 	return err
 }
 
-// snapshotPrefix is the root of the etcd snapshot store's keys, as serve
-// and generate open it.
-const snapshotPrefix = "rollwal-snapshots"
-
 type snapshotGetOptions struct {
 	storeOptions
-	hosts                   []string
-	cassKeyspace, cassTable string
-	timeout                 time.Duration
-	output                  string
+	snapshots SnapshotsConfig
+	timeout   time.Duration
+	output    string
 }
 
 func newSnapshotGet() *cobra.Command {
 	o := &snapshotGetOptions{}
 	cmd := &cobra.Command{
 		Use:   "get SHARD/SOURCE",
-		Short: "Print the snapshot offset stored for a source of a shard (the etcd store; Cassandra with --cassandra-hosts)",
+		Short: "Print the snapshot offset stored for a source of a shard, from the configured snapshot store",
 		Long: "Print the snapshot stored under SHARD/SOURCE of the table: the highest offset of SOURCE that\n" +
-			"the shard's committed generations cover. SOURCE may contain \"/\"; the shard name may not.",
+			"the shard's committed generations cover. SOURCE may contain \"/\"; the shard name may not.\n" +
+			"It reads the store of the configuration's snapshots section (--config), as serve writes it:\n" +
+			"the writer's etcd by default, Cassandra with backend: cassandra or --cassandra-hosts.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(o.output, "table", "json"); err != nil {
@@ -105,9 +103,7 @@ func newSnapshotGet() *cobra.Command {
 	}
 	f := cmd.Flags()
 	addStoreFlags(f, &o.storeOptions)
-	f.StringSliceVar(&o.hosts, "cassandra-hosts", nil, "read the Cassandra store at these contact points (host:port) instead of etcd")
-	f.StringVar(&o.cassKeyspace, "cassandra-keyspace", "rollwal", "Cassandra keyspace")
-	f.StringVar(&o.cassTable, "cassandra-table", "snapshots", "Cassandra table")
+	addSnapshotFlags(f, &o.snapshots)
 	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "bound on the read")
 	f.StringVarP(&o.output, "output", "o", "table", "output: table or json")
 	return cmd
@@ -143,25 +139,36 @@ func (o *snapshotGetOptions) run(ctx context.Context, arg string, out io.Writer)
 	return printSnapshot(out, o.output, key, snap)
 }
 
-// open opens the store to read and returns what closes it.
-func (o *snapshotGetOptions) open(ctx context.Context) (snapshot.Store, func(), error) {
-	if len(o.hosts) > 0 {
-		s, err := snapshot.NewCassandra(ctx, snapshot.CassandraOptions{Hosts: o.hosts, Keyspace: o.cassKeyspace, Table: o.cassTable, Timeout: o.timeout})
-		if err != nil {
-			return nil, nil, err
-		}
-		return s, func() { s.Close() }, nil
+// resolve applies the configuration file under the flags set: the data
+// flags, etcd and the snapshots section.
+func (o *snapshotGetOptions) resolve(f *pflag.FlagSet) error {
+	cfg, err := resolveConfig(f, o.configFile, Config{DataDir: o.dataDir, Table: o.table, Etcd: o.etcd, Snapshots: o.snapshots})
+	if err != nil {
+		return err
 	}
-	meta, err := o.openMeta(ctx, "snapshot get", newLogger(slog.LevelWarn))
+	o.dataDir, o.table, o.etcd, o.snapshots = cfg.DataDir, cfg.Table, cfg.Etcd, cfg.Snapshots
+	return nil
+}
+
+// open opens the configured store to read and returns what closes it. The
+// Cassandra store needs no etcd.
+func (o *snapshotGetOptions) open(ctx context.Context) (snapshot.Store, func(), error) {
+	log := newLogger(slog.LevelWarn)
+	if o.snapshots.Backend == backendCassandra {
+		c := o.snapshots.Cassandra
+		c.CreateSchema = false // a reading command changes no schema
+		return openCassandraSnapshots(ctx, c, log)
+	}
+	meta, err := o.openMeta(ctx, "snapshot get", log)
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := snapshot.NewEtcd(meta.client, snapshotPrefix, snapshot.EtcdOptions{RequestTimeout: meta.requestTimeout})
+	s, closeStore, err := openSnapshots(ctx, o.snapshots, meta, log)
 	if err != nil {
 		meta.Close()
 		return nil, nil, err
 	}
-	return s, func() { meta.Close() }, nil
+	return s, func() { closeStore(); meta.Close() }, nil
 }
 
 // snapshotOutput is `snapshot get -o json`; value is base64, as JSON
