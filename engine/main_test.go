@@ -7,7 +7,6 @@ import (
 
 	"github.com/rollwal/rollwal/internal/etcdembed/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/goleak"
 )
 
 // etcdClient is one embedded etcd for the package's tests; each test uses
@@ -34,15 +33,7 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	etcdClient, etcdEndpoints = srv.Client(), srv.Endpoints()
-	code := etcd.Run(m) // stops the shared etcd before the goroutines are counted
-	if code != 0 {
-		return code // a failed test may leave goroutines behind; its failure says more
-	}
-	if err := goleak.Find(); err != nil {
-		fmt.Fprintln(os.Stderr, "goleak: goroutines left after the tests and the shared etcd stopped:", err)
-		return 1
-	}
-	return 0
+	return etcd.RunCheckingLeaks(m)
 }
 
 // tableName turns a test's name into a table name unique to this run of it.

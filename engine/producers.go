@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
 	"maps"
 	"path/filepath"
 	"slices"
@@ -194,7 +193,7 @@ func (s *Shard) loadProducerState(ref *shardmeta.ProducerStateRef) (producerStat
 		return producerState{}, nil
 	}
 	path := filepath.Join(s.shardDir(), filepath.FromSlash(ref.File))
-	data, err := readAll(s.opts.FS, path)
+	data, err := vfs.ReadFile(s.opts.FS, path)
 	if err != nil {
 		return nil, fmt.Errorf("engine: shard %s: producer state %s: %w", s.name, path, err)
 	}
@@ -209,14 +208,6 @@ func (s *Shard) loadProducerState(ref *shardmeta.ProducerStateRef) (producerStat
 	return st, nil
 }
 
-func readAll(fsys vfs.FS, path string) ([]byte, error) {
-	f, err := fsys.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return io.ReadAll(f)
-}
 
 // removeStaleProducerFiles deletes the producer-state files the committed
 // manifest does not name: older states and failed attempts.

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/goleak"
 
 	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/generation"
@@ -41,15 +40,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	etcdClient = srv.Client()
-	code := etcd.Run(m) // stops the shared etcd before the goroutines are counted
-	if code != 0 {
-		return code // a failed test may leave goroutines behind; its failure says more
-	}
-	if err := goleak.Find(); err != nil {
-		fmt.Fprintln(os.Stderr, "goleak: goroutines left after the tests and the shared etcd stopped:", err)
-		return 1
-	}
-	return 0
+	return etcd.RunCheckingLeaks(m)
 }
 
 func tableName(t testing.TB) string { return etcdtest.Name(t, "", 100) }

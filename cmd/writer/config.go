@@ -158,7 +158,7 @@ func resolveConfig(f *pflag.FlagSet, path string, flagged Config) (Config, error
 // loadConfigFile decodes the file at path over cfg, strictly: an unknown
 // key, a second document or a value of the wrong type is an error.
 func loadConfigFile(fsys vfs.FS, path string, cfg *Config) error {
-	data, err := readAll(fsys, path)
+	data, err := vfs.ReadFile(fsys, path)
 	if err != nil {
 		return fmt.Errorf("--config: %w", err)
 	}
@@ -178,14 +178,6 @@ func loadConfigFile(fsys vfs.FS, path string, cfg *Config) error {
 	return nil
 }
 
-func readAll(fsys vfs.FS, path string) ([]byte, error) {
-	f, err := fsys.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return io.ReadAll(f)
-}
 
 var (
 	envRef       = regexp.MustCompile(`\$\{([^}\n]*)\}`)

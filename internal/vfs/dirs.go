@@ -3,6 +3,7 @@ package vfs
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -44,4 +45,14 @@ func SyncDir(fs FS, dir string) error {
 		return fmt.Errorf("vfs: sync directory %s: %w", dir, err)
 	}
 	return nil
+}
+
+// ReadFile returns the whole content of the named file.
+func ReadFile(fs FS, name string) ([]byte, error) {
+	f, err := fs.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.uber.org/goleak"
 	"os"
 	"regexp"
 	"sync"
@@ -59,6 +60,20 @@ func (s *Shared) Run(m *testing.M) int {
 		code = 1
 	}
 	return code
+}
+
+// RunCheckingLeaks is Run, then, when every test passed, a check that no
+// goroutine outlived the tests and the shared server (go.uber.org/goleak):
+// every goroutine a package starts must be stopped by what started it.
+func (s *Shared) RunCheckingLeaks(m *testing.M) int {
+	if code := s.Run(m); code != 0 {
+		return code // a failed test may leave goroutines behind; its failure says more
+	}
+	if err := goleak.Find(); err != nil {
+		fmt.Fprintln(os.Stderr, "goleak: goroutines left after the tests and the shared etcd stopped:", err)
+		return 1
+	}
+	return 0
 }
 
 // Close stops the server and removes its data; nil when none started.
