@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
+	"go.uber.org/goleak"
 )
 
 // TestMain lets the test binary act as the writer command in testscript
@@ -22,7 +24,23 @@ func TestMain(m *testing.M) {
 	if helperChild() {
 		os.Exit(m.Run())
 	}
-	testscript.Main(m, map[string]func(){"writer": main})
+	testscript.Main(leakChecked{m}, map[string]func(){"writer": main})
+}
+
+// leakChecked runs the tests, then checks that no goroutine of the
+// in-process commands outlived them (testscript.Main exits itself, so the
+// check rides inside Run).
+type leakChecked struct{ m *testing.M }
+
+func (l leakChecked) Run() int {
+	if code := l.m.Run(); code != 0 {
+		return code // a failed test may leave goroutines behind; its failure says more
+	}
+	if err := goleak.Find(); err != nil {
+		fmt.Fprintln(os.Stderr, "goleak: goroutines left after the tests:", err)
+		return 1
+	}
+	return 0
 }
 
 func helperChild() bool {

@@ -178,7 +178,6 @@ func loadConfigFile(fsys vfs.FS, path string, cfg *Config) error {
 	return nil
 }
 
-
 var (
 	envRef       = regexp.MustCompile(`\$\{([^}\n]*)\}`)
 	envName      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
