@@ -3,20 +3,30 @@
 //
 // # Lifecycle of a shard
 //
-//	Open:   grant a lease, claim the next writer epoch in etcd (one
-//	        transaction; its revision is the fencing token), open the WAL
-//	        for that epoch, record the inherited WAL tail, and replay the
-//	        exact range (replay_cursor, tail] into the current generation.
-//	Append: validate the whole batch, drop ids already in the shard's
-//	        memtables, write one WAL record tagged (epoch, generation),
-//	        insert into the active memtable, and return once the record is
-//	        covered by a group fsync.
+//	Open:   grant a lease; read the WAL's tail read-only (wal.ReadTail);
+//	        claim the next writer epoch in etcd (one transaction recording
+//	        that tail; its revision is the fencing token); only then open
+//	        the WAL for that epoch; load the producer state the manifest
+//	        names; replay the exact range (replay_cursor, tail] into the
+//	        current generation, restoring rows, source offsets and producer
+//	        sequences.
+//	Append: validate the whole batch, check the producer session's
+//	        sequence (a retry of an acknowledged batch is all duplicates; a
+//	        gap is a *SequenceError), drop ids already in the shard's
+//	        memtables, write one WAL record tagged (epoch, generation) that
+//	        carries the rows, the session and the source offset (a record of
+//	        those alone when every row was a duplicate), insert into the
+//	        active memtable, and return once the record is covered by a
+//	        group fsync.
 //	Flush:  seal the active memtable (generation g; new records are tagged
 //	        g+1), write generation g as a Parquet file under a name unique
 //	        to the attempt, then commit the shard manifest (g added,
-//	        current_generation = g+1, replay_cursor = g's last position)
+//	        current_generation = g+1, replay_cursor = g's last position,
+//	        the source offsets, and the producer-state file written for g)
 //	        with a transaction guarded by the owner key's ModRevision.
-//	        Generations commit strictly in order.
+//	        Generations commit strictly in order. After the commit the
+//	        offsets are persisted to the snapshot store; a persist that
+//	        fails is retried in the background until it lands or is fenced.
 //	Close:  stop intake, flush (optional), sync and close the WAL, release
 //	        the owner key and the lease so a successor can claim at once.
 //
