@@ -208,7 +208,6 @@ func (s *Shard) loadProducerState(ref *shardmeta.ProducerStateRef) (producerStat
 	return st, nil
 }
 
-
 // removeStaleProducerFiles deletes the producer-state files the committed
 // manifest does not name: older states and failed attempts.
 func (s *Shard) removeStaleProducerFiles() {
