@@ -429,10 +429,28 @@ func (s *Shard) stop(err error) {
 	}
 }
 
+// releaseOwner deletes the owner key so that a successor claims at once.
+// It retries for up to a lease TTL: a key left behind holds the shard
+// against every writer for as long as this process's lease lives (a later
+// claim of this writer finds and removes it).
 func (s *Shard) releaseOwner() {
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.RequestTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), max(s.opts.LeaseTTL, s.opts.RequestTimeout))
 	defer cancel()
-	if err := s.store.Release(ctx, s.claim); err != nil && !errors.Is(err, ErrFenced) {
-		s.log.Warn("release owner key", "err", err)
+	backoff := 50 * time.Millisecond
+	for {
+		err := s.store.Release(ctx, s.claim)
+		if err == nil || errors.Is(err, ErrFenced) {
+			return
+		}
+		if ctx.Err() != nil {
+			s.log.Warn("release owner key failed; the key stays until this writer claims the shard again or its lease ends", "err", err)
+			return
+		}
+		s.log.Warn("release owner key failed; retrying", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
 	}
 }

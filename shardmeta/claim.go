@@ -130,10 +130,16 @@ func (s *Store) claimOnce(ctx context.Context, shard string, owner Owner, lease 
 		return nil, err
 	}
 	if snap.owner != nil {
-		if isOurs(snap.owner, owner, lease, *pending) {
+		if !isOurs(snap.owner, owner, lease, *pending) {
+			return nil, ownedError(shard, snap.owner)
+		}
+		if adoptable(snap) {
 			return s.adopt(shard, snap)
 		}
-		return nil, ownedError(shard, snap.owner)
+		if err := s.dropStaleOwner(ctx, shard, snap.owner); err != nil {
+			return nil, err
+		}
+		return nil, errMoved // plan again on what is there now
 	}
 	p, err := planClaim(shard, snap, owner, prepare)
 	if err != nil {
@@ -270,10 +276,6 @@ func isOurs(kv *mvccpb.KeyValue, owner Owner, lease clientv3.LeaseID, pending []
 // transaction, so they share its revision unless something wrote since.
 func (s *Store) adopt(shard string, snap *snapshot) (*Claim, error) {
 	tok := snap.owner.ModRevision
-	if snap.owner.CreateRevision != tok || modRev(snap.epoch) != tok || modRev(snap.manifest) != tok {
-		return nil, fmt.Errorf("%w: shard %q: our claim (revision %d) applied late, but the epoch key (revision %d) or the manifest (revision %d) moved since",
-			ErrFenced, shard, tok, modRev(snap.epoch), modRev(snap.manifest))
-	}
 	e, err := parseEpoch(shard, snap.epoch)
 	if err != nil {
 		return nil, err
@@ -284,6 +286,35 @@ func (s *Store) adopt(shard string, snap *snapshot) (*Claim, error) {
 	}
 	s.log.Info("shard claimed (outcome resolved by reading back)", "shard", shard, "epoch", e, "token", tok)
 	return &Claim{Shard: shard, Epoch: e, Token: tok, Manifest: m, Lease: clientv3.LeaseID(snap.owner.Lease), manifestRev: tok}, nil
+}
+
+// adoptable reports whether an owner key of ours is the claim transaction
+// as it applied, untouched since: the owner, epoch and manifest keys all
+// at its revision.
+func adoptable(snap *snapshot) bool {
+	tok := snap.owner.ModRevision
+	return snap.owner.CreateRevision == tok && modRev(snap.epoch) == tok && modRev(snap.manifest) == tok
+}
+
+// dropStaleOwner deletes an owner key of ours that is not a claim in
+// progress: an earlier claim of this writer, under the same lease, that
+// committed since (so it was served) and whose release failed when its
+// shard closed or its open failed. Left alone it would hold the shard for
+// as long as the lease lives, against every writer, this one included.
+func (s *Store) dropStaleOwner(ctx context.Context, shard string, kv *mvccpb.KeyValue) error {
+	s.log.Warn("removing an owner key of an earlier claim of this writer that was never released",
+		"shard", shard, "revision", kv.ModRevision, "lease", kv.Lease, "owner", string(kv.Value))
+	rctx, cancel := s.rpc(ctx)
+	defer cancel()
+	key := s.keys.Owner(shard)
+	_, err := s.cli.Txn(rctx).If(
+		clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision),
+		clientv3.Compare(clientv3.LeaseValue(key), "=", kv.Lease),
+	).Then(clientv3.OpDelete(key)).Commit()
+	if err != nil {
+		return classify("remove stale owner key of", shard, err) // the next read decides
+	}
+	return nil
 }
 
 // WaitOwnerGone returns once the shard has no owner: at once if the owner

@@ -140,3 +140,37 @@ func TestReleaseLostResponse(t *testing.T) {
 		t.Fatal("owner key survives")
 	}
 }
+
+// TestClaimRemovesItsOwnStaleOwnerKey: a writer's claim committed (so it
+// was served) and its release never happened (etcd was down when the
+// shard closed). A new claim of the same writer under the same lease finds
+// that owner key: it is neither another writer's (wait for it to go: it
+// never would, the lease is alive) nor a claim in progress (adopt it: the
+// manifest moved since). The claim removes it and claims the next epoch.
+func TestClaimRemovesItsOwnStaleOwnerKey(t *testing.T) {
+	s := newStore(t)
+	ctx := testCtx(t)
+	lease := grant(t)
+	c, err := s.Claim(ctx, "s0", Owner{Writer: "w"}, lease, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(ctx, c, flushNext(c, 4)); err != nil {
+		t.Fatal(err)
+	}
+	// No Release: the key stays, bound to the live lease.
+	c2, err := s.Claim(ctx, "s0", Owner{Writer: "w"}, lease, nil)
+	if err != nil {
+		t.Fatalf("a new claim of the same writer over its own stale owner key: %v", err)
+	}
+	if c2.Epoch != c.Epoch+1 || c2.Manifest.CurrentGeneration != c.Manifest.CurrentGeneration {
+		t.Fatalf("claimed epoch %d at generation %d; want epoch %d, generation %d", c2.Epoch, c2.Manifest.CurrentGeneration, c.Epoch+1, c.Manifest.CurrentGeneration)
+	}
+	if err := s.Commit(ctx, c, flushNext(c, 1)); !errors.Is(err, ErrFenced) {
+		t.Fatalf("the stale claim's commit: %v, want ErrFenced", err)
+	}
+	// Another writer's key under another lease is still waited for.
+	if _, err := s.Claim(ctx, "s0", Owner{Writer: "w"}, grant(t), nil); !errors.Is(err, ErrOwned) {
+		t.Fatalf("a claim under another lease: %v, want ErrOwned", err)
+	}
+}

@@ -13,7 +13,8 @@ import (
 // truncates and repairs nothing, and treats every epoch's last segment as
 // another writer's (its torn tail or hole is the end of its data for now).
 // Each epoch's last segment is synced through a read-only handle, so the
-// tail it reports is durable.
+// tail it reports is durable. A segment that vanishes while it reads (the
+// owner of the moment removed it) makes it read the directory again.
 //
 // A claimant calls it before its claim transaction commits: until then the
 // directory may belong to a writer that won the claim race, and a file of
@@ -27,6 +28,23 @@ func ReadTail(opts Options) (uint64, error) {
 	if _, err := opts.FS.Stat(opts.Dir); errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
 	}
+	var err error
+	for range maxTailReads {
+		var tail uint64
+		if tail, err = readTailOnce(opts); !errors.Is(err, fs.ErrNotExist) {
+			return tail, err
+		}
+		// A segment listed a moment ago is gone: the shard's owner of the
+		// moment removed it (wholly below its replay cursor). Read again.
+	}
+	return 0, err
+}
+
+// maxTailReads bounds ReadTail's reads when segments keep vanishing under
+// it; each removal needs a commit of the owner's, so a few always suffice.
+const maxTailReads = 8
+
+func readTailOnce(opts Options) (uint64, error) {
 	w := &WAL{opts: opts, fs: opts.FS, dir: opts.Dir, readOnly: true,
 		log: opts.Logger.With("component", "wal")}
 	if w.log == nil {

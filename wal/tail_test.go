@@ -79,3 +79,39 @@ func TestRecordKindRoundTrips(t *testing.T) {
 		t.Fatalf("a reserved flag bit: %v, %v; want errInvalid", err, h.validate())
 	}
 }
+
+// vanishingFS removes a segment at the moment ReadTail first opens it, as
+// the shard's owner does when its replay cursor passes the segment.
+type vanishingFS struct {
+	vfs.FS
+	victim  string
+	removed bool
+}
+
+func (f *vanishingFS) Open(name string) (vfs.File, error) {
+	if name == f.victim && !f.removed {
+		f.removed = true
+		if err := f.FS.Remove(name); err != nil {
+			return nil, err
+		}
+	}
+	return f.FS.Open(name)
+}
+
+// TestReadTailRereadsWhenASegmentVanishes: a segment listed by ReadTail
+// and removed before it is read makes ReadTail read the directory again,
+// not fail the claim that called it.
+func TestReadTailRereadsWhenASegmentVanishes(t *testing.T) {
+	fs := vfs.NewStrictMem()
+	w := open(t, fs, 1, segmentSize(4<<10))
+	want := appendN(t, w, 5, 40)
+	mustClose(t, w)
+	vf := &vanishingFS{FS: fs, victim: segPath(1, 1)}
+	tail, err := ReadTail(Options{FS: vf, Dir: testDir})
+	if err != nil || !vf.removed {
+		t.Fatalf("ReadTail with a segment removed under it: %d, %v (removed: %v)", tail, err, vf.removed)
+	}
+	if last := want[len(want)-1].lastPos(); tail != last {
+		t.Fatalf("ReadTail = %d, want %d", tail, last)
+	}
+}
