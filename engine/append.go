@@ -86,7 +86,22 @@ func (s *Shard) checkAppend(b *schema.Batch, o AppendOptions) error {
 	if err := ValidateSource(o.Source); err != nil {
 		return err
 	}
+	if err := s.checkMergesBehind(); err != nil {
+		return err
+	}
 	return s.checkLease()
+}
+
+// checkMergesBehind refuses an append while the committed and the sealed
+// generations waiting for a merge reach MaxUnmergedGenerations: one more
+// could not be committed without growing the manifest past its bound.
+func (s *Shard) checkMergesBehind() error {
+	waiting := len(s.committed.Load().Flushed) + len(s.set.Sealed())
+	if waiting < s.opts.MaxUnmergedGenerations {
+		return nil
+	}
+	return fmt.Errorf("%w: shard %s holds %d generations not yet merged into the base (the limit is %d); run writer merge",
+		ErrMergesBehind, s.name, waiting, s.opts.MaxUnmergedGenerations)
 }
 
 func (s *Shard) appendBatch(ctx context.Context, b *schema.Batch, o AppendOptions) (Result, error) {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/rollwal/rollwal/memtable"
 	"github.com/rollwal/rollwal/shardmeta"
@@ -28,6 +29,10 @@ var (
 	// from being stored twice while the first attempt is still in a
 	// memtable, not once its generation is flushed (docs/guarantees.md).
 	ErrUnknownOutcome = errors.New("engine: outcome unknown: the rows may be durable but are not acknowledged")
+	// ErrMergesBehind: the shard's manifest holds MaxUnmergedGenerations
+	// committed generations that no merge has drained yet; appends wait
+	// for a merge. It is a kind of ErrBackpressure: retry later.
+	ErrMergesBehind = fmt.Errorf("%w: merges are behind", ErrBackpressure)
 	// ErrReplay: the WAL holds something replay must not accept (an epoch
 	// above the claimed one, overlapping positions).
 	ErrReplay = errors.New("engine: replay refused")

@@ -85,6 +85,12 @@ type Options struct {
 	// DefaultMaxProducers. A new producer beyond it is refused
 	// (ErrTooManyProducers) until idle ones expire.
 	MaxProducers int
+	// MaxUnmergedGenerations bounds the committed generations a shard's
+	// manifest holds before merges drain them; default
+	// DefaultMaxUnmergedGenerations. At the bound appends get
+	// ErrMergesBehind (backpressure) until a merge catches up, so that the
+	// manifest, one etcd value, never outgrows etcd's request limit.
+	MaxUnmergedGenerations int
 	// MaxSources bounds the sources a shard tracks offsets for; default
 	// DefaultMaxSources. An append naming a new source beyond it is refused
 	// (ErrInvalidAppend).
@@ -146,6 +152,7 @@ func (o *Options) EnsureDefaults() {
 	setDefault(&o.ProducerExpiry, DefaultProducerExpiry)
 	setDefault(&o.MaxProducers, DefaultMaxProducers)
 	setDefault(&o.MaxSources, DefaultMaxSources)
+	setDefault(&o.MaxUnmergedGenerations, DefaultMaxUnmergedGenerations)
 	if o.Codec == "" {
 		o.Codec = "snappy"
 	}
@@ -183,6 +190,8 @@ func (o *Options) Validate() error {
 	check(o.ProducerExpiry <= 0, "producer expiry %v must be positive", o.ProducerExpiry)
 	check(o.MaxProducers <= 0, "max producers %d must be positive", o.MaxProducers)
 	check(o.MaxSources <= 0, "max sources %d must be positive", o.MaxSources)
+	check(o.MaxUnmergedGenerations <= 0 || o.MaxUnmergedGenerations > maxUnmergedGenerationsCap,
+		"max unmerged generations %d must be in 1..%d (the manifest must fit one etcd value)", o.MaxUnmergedGenerations, maxUnmergedGenerationsCap)
 	check(o.Codec != "snappy" && o.Codec != "zstd" && o.Codec != "none", "unknown codec %q (want snappy, zstd or none)", o.Codec)
 	if err := o.Schema.Validate(); err != nil {
 		errs = append(errs, err)

@@ -54,6 +54,12 @@ const (
 	MaxSourceBytes = 256
 	// DefaultMaxSources bounds the sources a shard tracks offsets for.
 	DefaultMaxSources = 1024
+	// DefaultMaxUnmergedGenerations bounds the generations a manifest
+	// holds before merges drain them: about 200 KB of manifest.
+	DefaultMaxUnmergedGenerations = 1000
+	// maxUnmergedGenerationsCap keeps the manifest (about 200 bytes a
+	// generation) far below etcd's default 1.5 MiB request limit.
+	maxUnmergedGenerationsCap = 5000
 )
 
 var (
