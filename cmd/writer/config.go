@@ -47,6 +47,7 @@ type Config struct {
 	LogLevel        string            `yaml:"log_level"`
 	Etcd            etcdclient.Config `yaml:"etcd"`
 	Snapshots       SnapshotsConfig   `yaml:"snapshots"`
+	Limits          LimitsConfig      `yaml:"limits"`
 }
 
 func defaultConfig() Config {
@@ -54,7 +55,7 @@ func defaultConfig() Config {
 		DataDir: "./data", Listen: "127.0.0.1:8080", Table: "rollouts", Shards: []string{"default"},
 		FlushBytes: 64 << 20, FlushAge: 30 * time.Second, LeaseTTL: 5 * time.Second,
 		MaxBodyBytes: server.DefaultMaxBodyBytes, ShutdownTimeout: 30 * time.Second, LogLevel: "info",
-		Snapshots: defaultSnapshots(),
+		Snapshots: defaultSnapshots(), Limits: defaultLimits(),
 	}
 	c.Etcd.EnsureDefaults()
 	return c
@@ -217,7 +218,7 @@ func expandEnv(data []byte, lookup func(string) (string, bool)) ([]byte, error) 
 var sections = map[string]string{
 	"main.Config": "", "etcdclient.Config": "etcd", "etcdclient.TLSConfig": "etcd.tls",
 	"main.SnapshotsConfig": "snapshots", "main.CassandraConfig": "snapshots.cassandra",
-	"main.CassandraTLSConfig": "snapshots.cassandra.tls",
+	"main.CassandraTLSConfig": "snapshots.cassandra.tls", "main.LimitsConfig": "limits",
 }
 
 // explainYAML rewrites the decoder's messages in the file's terms: unknown
@@ -261,7 +262,7 @@ func badValue(key string, value any, format string, args ...any) error {
 
 // Validate reports the first unusable setting, naming its key and value.
 func (c *Config) Validate() error {
-	for _, check := range []func() error{c.validatePlaces, c.validateShards, c.validateSizes, c.validateEtcd, c.validateSnapshots} {
+	for _, check := range []func() error{c.validatePlaces, c.validateShards, c.validateSizes, c.validateEtcd, c.validateSnapshots, c.Limits.validate} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -444,7 +445,7 @@ func (o *serveOptions) config() Config {
 	return Config{DataDir: o.dataDir, Listen: o.listen, AdminListen: o.adminListen, Table: o.table,
 		Shards: o.shards, FlushBytes: o.flushBytes, FlushAge: o.flushAge, LeaseTTL: o.leaseTTL,
 		MaxBodyBytes: o.maxBodyBytes, ShutdownTimeout: o.shutdownTimeout, UnreadyDelay: o.unreadyDelay, LogLevel: o.logLevel, Etcd: o.etcd,
-		Snapshots: o.snapshots}
+		Snapshots: o.snapshots, Limits: o.limits}
 }
 
 // resolve applies the configuration file under the flags set.
@@ -456,6 +457,6 @@ func (o *serveOptions) resolve(f *pflag.FlagSet) error {
 	o.dataDir, o.listen, o.adminListen, o.table, o.shards = c.DataDir, c.Listen, c.AdminListen, c.Table, c.Shards
 	o.flushBytes, o.flushAge, o.leaseTTL = c.FlushBytes, c.FlushAge, c.LeaseTTL
 	o.maxBodyBytes, o.shutdownTimeout, o.unreadyDelay, o.logLevel, o.etcd = c.MaxBodyBytes, c.ShutdownTimeout, c.UnreadyDelay, c.LogLevel, c.Etcd
-	o.snapshots = c.Snapshots
+	o.snapshots, o.limits = c.Snapshots, c.Limits
 	return nil
 }

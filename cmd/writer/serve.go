@@ -37,6 +37,7 @@ type serveOptions struct {
 	configFile      string
 	unreadyDelay    time.Duration
 	snapshots       SnapshotsConfig
+	limits          LimitsConfig
 }
 
 func newServe() *cobra.Command {
@@ -76,6 +77,7 @@ func newServe() *cobra.Command {
 		"set it to what a load balancer needs to see the writer unready, so that it stops routing here before connections are refused")
 	addEtcdFlags(f, &o.etcd)
 	addSnapshotFlags(f, &o.snapshots)
+	addLimitFlags(f, &o.limits)
 	return cmd
 }
 
@@ -115,12 +117,14 @@ func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
 	defer admin.Close()
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	host, err := engine.NewHost(engine.Options{
+	hostOpts := engine.Options{
 		DataDir: o.dataDir, Table: o.table, Etcd: meta.client, Logger: log, RequestTimeout: meta.requestTimeout,
 		Address: "http://" + addr, Snapshots: snaps, LeaseTTL: o.leaseTTL,
 		FlushBytes: o.flushBytes, FlushAge: o.flushAge, MemoryBudget: max(512<<20, 2*o.flushBytes),
 		Registerer: registry,
-	})
+	}
+	o.limits.apply(&hostOpts)
+	host, err := engine.NewHost(hostOpts)
 	if err != nil {
 		ln.Close()
 		return err
