@@ -119,10 +119,20 @@ func ValidateProducerID(id string) error {
 	return nil
 }
 
-// ValidateSource checks a source name's length.
+// MaxSourceOffset is the largest source offset an append may carry: far
+// beyond any real log, and far from overflowing an int64 when a producer
+// adds a batch's rows to it. A source keeps the largest offset it was
+// sent, so an offset at the top of int64 would pin it for good.
+const MaxSourceOffset = 1<<62 - 1
+
+// ValidateSource checks a source name's length and its offset's range
+// (0 ≤ offset ≤ MaxSourceOffset).
 func ValidateSource(src Source) error {
 	if len(src.Name) > MaxSourceBytes {
 		return fmt.Errorf("%w: source name of %d bytes, the limit is %d", ErrInvalidAppend, len(src.Name), MaxSourceBytes)
+	}
+	if src.Offset < 0 || src.Offset > MaxSourceOffset {
+		return fmt.Errorf("%w: source %q: offset %d outside 0..%d", ErrInvalidAppend, src.Name, src.Offset, int64(MaxSourceOffset))
 	}
 	return nil
 }

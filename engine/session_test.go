@@ -249,3 +249,24 @@ func TestReplayCursorCoversWholeRecords(t *testing.T) {
 		t.Fatalf("committed offsets %v", m.SourceOffsets)
 	}
 }
+
+// TestSourceOffsetRange: an offset outside 0..MaxSourceOffset is refused
+// as invalid and writes nothing: a negative one ("latest") would commit
+// nothing useful, one at the top of int64 would pin its source for good.
+func TestSourceOffsetRange(t *testing.T) {
+	opts := testOptions(vfs.NewStrictMem(), tableName(t, ""))
+	h := openHost(t, opts)
+	defer h.Close(context.Background())
+	s := mustOpen(t, h, "s0")
+	for _, off := range []int64{-5, MaxSourceOffset + 1} {
+		if _, err := s.Append(context.Background(), rows("o", 0, 1), Source{Name: "a", Offset: off}); !errors.Is(err, ErrInvalidAppend) {
+			t.Fatalf("offset %d: %v, want ErrInvalidAppend", off, err)
+		}
+	}
+	if len(memtableIDs(s)) != 0 {
+		t.Fatal("a refused append stored rows")
+	}
+	if _, err := s.Append(context.Background(), rows("o", 0, 1), Source{Name: "a", Offset: MaxSourceOffset}); err != nil {
+		t.Fatalf("the largest offset: %v", err)
+	}
+}

@@ -30,6 +30,7 @@ for path, present, absent in zip(sys.argv[1::3], sys.argv[2::3], sys.argv[3::3])
     table = pq.read_table(path)
     md = pq.read_metadata(path)
     con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")  # it prints to stdout on slow queries
     rel = con.execute("SELECT * FROM read_parquet(?) ORDER BY _seq", [path])
     names = [d[0] for d in rel.description]
     duck_rows = [dict(zip(names, r)) for r in rel.fetchall()]

@@ -308,7 +308,12 @@ func encode(ctx context.Context, w io.Writer, opts Options, lay *layout, s *sche
 	}
 	codec, _ := codecFor(opts.Codec)
 	options := []parquet.WriterOption{
-		lay.schema,
+		// Byte-array bounds truncated to StatisticsPrefixBytes in page
+		// headers, column index and chunk statistics (see stats.go); the
+		// column index limit is the same, so parquet-go's own byte-wise
+		// truncation never cuts them further.
+		parquet.NewSchema(parquetSchemaName, truncatedStats(lay.schema)),
+		parquet.ColumnIndexSizeLimit(func([]string) int { return StatisticsPrefixBytes }),
 		parquet.Compression(codec),
 		parquet.PageBufferSize(opts.PageBufferSize),
 		parquet.BloomFilters(parquet.SplitBlockFilter(bloomBitsPerValue, schema.IDColumn)),

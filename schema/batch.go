@@ -185,6 +185,9 @@ func convert(col Column, v any) (any, error) {
 		if !ok {
 			return nil, fmt.Errorf("want string, got %s", describe(v))
 		}
+		if len(s) > MaxValueBytes {
+			return nil, tooLong("string", len(s))
+		}
 		if !utf8.ValidString(s) {
 			return nil, errors.New("string is not valid UTF-8")
 		}
@@ -200,13 +203,21 @@ func convert(col Column, v any) (any, error) {
 		}
 		return t, nil
 	case JSON:
-		return toJSON(v)
+		text, err := toJSON(v)
+		if err == nil && len(text) > MaxValueBytes {
+			return nil, tooLong("json text", len(text))
+		}
+		return text, err
 	}
 	return nil, fmt.Errorf("unknown column type %d", col.Type)
 }
 
+func tooLong(what string, n int) error {
+	return fmt.Errorf("%s of %d bytes is longer than the limit of %d bytes (schema.MaxValueBytes)", what, n, MaxValueBytes)
+}
+
 func describe(v any) string {
-	switch v.(type) {
+	switch x := v.(type) {
 	case string:
 		return "string"
 	case float64, float32, json.Number, int, int64, int32, uint64, uint32:
@@ -217,8 +228,25 @@ func describe(v any) string {
 		return "object"
 	case []any:
 		return "array"
+	case json.RawMessage:
+		return describeRaw(x)
 	}
 	return fmt.Sprintf("%T", v)
+}
+
+// describeRaw names the kind of a JSON text value.
+func describeRaw(text json.RawMessage) string {
+	switch {
+	case len(text) == 0:
+		return "empty JSON text"
+	case text[0] == '{':
+		return "object"
+	case text[0] == '[':
+		return "array"
+	case text[0] == '"':
+		return "string"
+	}
+	return "JSON text"
 }
 
 func toInt64(v any) (any, error) {
@@ -272,7 +300,7 @@ func toFloat64(v any) (any, error) {
 
 // toJSON accepts JSON text as a string or []byte (which must be valid
 // JSON), or any other value, which is marshalled.
-func toJSON(v any) (any, error) {
+func toJSON(v any) (string, error) {
 	var text []byte
 	switch x := v.(type) {
 	case string:
@@ -284,12 +312,12 @@ func toJSON(v any) (any, error) {
 	default:
 		b, err := json.Marshal(x)
 		if err != nil {
-			return nil, fmt.Errorf("cannot encode as JSON: %v", err)
+			return "", fmt.Errorf("cannot encode as JSON: %v", err)
 		}
 		return string(b), nil
 	}
 	if !json.Valid(text) {
-		return nil, errors.New("not valid JSON text")
+		return "", errors.New("not valid JSON text")
 	}
 	return string(text), nil
 }

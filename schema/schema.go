@@ -22,6 +22,14 @@ import (
 // MaxIDBytes bounds the length of a row id.
 const MaxIDBytes = 1024
 
+// MaxValueBytes bounds one string value (its UTF-8 bytes) or json value (its
+// JSON text). A row is logged in one WAL record of at most 64 MiB
+// (wal.MaxPayloadSize), so a value must fit well inside one; 32 MiB leaves
+// the other half to the id, the row's other columns and the encoding. A
+// generation holds such a value in a single Parquet page, which pyarrow and
+// DuckDB read (generation.TestHugeValueReadsInPyarrow).
+const MaxValueBytes = 32 << 20
+
 // Names of the columns every stored row carries.
 const (
 	IDColumn    = "id"

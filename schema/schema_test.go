@@ -31,6 +31,9 @@ func TestBuildRejectsBadRows(t *testing.T) {
 		{"nan", func(r Row) { r["reward"] = nanValue() }, "reward", "finite"},
 		{"bad json", func(r Row) { r["metadata"] = "{nope" }, "metadata", "not valid JSON"},
 		{"string gets number", func(r Row) { r["completion"] = 3.0 }, "completion", "want string, got number"},
+		{"oversize string", func(r Row) { r["completion"] = strings.Repeat("x", MaxValueBytes+1) }, "completion", "limit of 33554432 bytes"},
+		{"oversize json text", func(r Row) { r["metadata"] = `"` + strings.Repeat("x", MaxValueBytes-1) + `"` }, "metadata", "json text of 33554433 bytes"},
+		{"oversize json value", func(r Row) { r["metadata"] = map[string]any{"k": strings.Repeat("x", MaxValueBytes)} }, "metadata", "longer than the limit"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -48,6 +51,19 @@ func TestBuildRejectsBadRows(t *testing.T) {
 					re.Row, re.Column, re.Reason, tc.column, tc.reason)
 			}
 		})
+	}
+}
+
+// A value of exactly MaxValueBytes is accepted.
+func TestBuildAcceptsMaxValue(t *testing.T) {
+	s := Rollout()
+	big := strings.Repeat("x", MaxValueBytes)
+	b, err := s.Build([]Row{{"id": "a", "prompt": big, "completion": "c", "metadata": `"` + big[2:] + `"`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(b.Value(0, 0).(string)) + len(b.Value(3, 0).(string)); n != 2*MaxValueBytes {
+		t.Fatalf("values of %d bytes, want %d", n, 2*MaxValueBytes)
 	}
 }
 

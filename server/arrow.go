@@ -94,11 +94,19 @@ func (a *arrowRows) locate(re *schema.RowError) (apiError, bool) {
 	return e.api(), true
 }
 
+// arrowLimits bound the decoding of one stream: body the bytes of one
+// message, decoded the uncompressed bytes of all buffers of all record
+// batches (checked against what compressed buffers declare before any is
+// decompressed), rows the rows.
+type arrowLimits struct {
+	body, decoded int64
+	rows          int
+}
+
 // decodeArrow reads an Arrow IPC stream whose columns are "id" and table
-// columns. It reads at most maxBytes of one message, holds at most maxRows
-// rows; mem allocates the stream's buffers, and no row refers to them
-// afterwards.
-func decodeArrow(body io.Reader, mem memory.Allocator, maxBytes int64, maxRows int) (out *arrowRows, err error) {
+// columns, within lim; mem allocates the stream's buffers, and no row
+// refers to them afterwards.
+func decodeArrow(body io.Reader, mem memory.Allocator, lim arrowLimits) (out *arrowRows, err error) {
 	batch := -1
 	defer func() {
 		// arrow-go builds arrays over untrusted buffers and documents that
@@ -111,10 +119,11 @@ func decodeArrow(body io.Reader, mem memory.Allocator, maxBytes int64, maxRows i
 			out, err = nil, &arrowError{batch: batch, row: -1, err: fmt.Errorf("malformed Arrow data: %w", cause)}
 		}
 	}()
-	// Decompressed buffers may exceed the body; four times it is plenty for
-	// real data and still bounded.
-	mem = &limitedAllocator{Allocator: mem, limit: 4 * maxBytes}
-	rd, err := ipc.NewReaderFromMessageReader(newGuardedReader(body, maxBytes), ipc.WithAllocator(mem))
+	// The guarded reader refuses a record batch whose buffers pass
+	// lim.decoded before arrow-go decompresses any; the allocator bounds
+	// what is live at once as well, at four times the body limit.
+	mem = &limitedAllocator{Allocator: mem, limit: 4 * lim.body}
+	rd, err := ipc.NewReaderFromMessageReader(newGuardedReader(body, lim.body, lim.decoded), ipc.WithAllocator(mem))
 	if err != nil {
 		return nil, &arrowError{batch: -1, row: -1, err: fmt.Errorf("not an Arrow IPC stream: %w", err)}
 	}
@@ -124,7 +133,7 @@ func decodeArrow(body io.Reader, mem memory.Allocator, maxBytes int64, maxRows i
 	}
 	out = &arrowRows{}
 	for batch = 0; rd.Next(); batch++ {
-		if err := out.add(rd.RecordBatch(), batch, maxRows); err != nil {
+		if err := out.add(rd.RecordBatch(), batch, lim.rows); err != nil {
 			return nil, err
 		}
 	}

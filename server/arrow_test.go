@@ -17,6 +17,7 @@ import (
 	flatbuffers "github.com/google/flatbuffers/go"
 
 	"github.com/rollwal/rollwal/engine"
+	"github.com/rollwal/rollwal/wal"
 )
 
 // col is one column of a record batch; a nil value is null.
@@ -137,6 +138,12 @@ func without(cols []col, name string) []col {
 		}
 	}
 	return out
+}
+
+// limits are the Arrow decoding limits of a body limit and a row limit,
+// with the server's default bound on decoded bytes.
+func limits(body int64, rows int) arrowLimits {
+	return arrowLimits{body: body, decoded: wal.MaxPayloadSize, rows: rows}
 }
 
 func (f *fixture) postArrow(t *testing.T, body []byte) (int, []byte) {
@@ -297,7 +304,7 @@ func TestMaxRowsIs413(t *testing.T) {
 func TestArrowDecodeReleasesMemory(t *testing.T) {
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	body := arrowStream(t, rollouts("a", "b"), rollouts("c"))
-	got, err := decodeArrow(bytes.NewReader(body), mem, 1<<20, 100)
+	got, err := decodeArrow(bytes.NewReader(body), mem, limits(1<<20, 100))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,12 +330,12 @@ func TestArrowLyingLengths(t *testing.T) {
 
 	manyFields := bytes.Clone(good)
 	binary.LittleEndian.PutUint32(manyFields[fieldsLen:], 1<<31-1)
-	if _, err := decodeArrow(bytes.NewReader(manyFields), memory.DefaultAllocator, 1<<20, 100); err == nil || !strings.Contains(err.Error(), "claims a vector of 2147483647 entries") {
+	if _, err := decodeArrow(bytes.NewReader(manyFields), memory.DefaultAllocator, limits(1<<20, 100)); err == nil || !strings.Contains(err.Error(), "claims a vector of 2147483647 entries") {
 		t.Fatalf("a schema claiming 2^31 fields: %v, want it refused for its claim", err)
 	}
 	hugeMeta := bytes.Clone(good)
 	binary.LittleEndian.PutUint32(hugeMeta[4:], 1<<31-1)
-	if _, err := decodeArrow(bytes.NewReader(hugeMeta), memory.DefaultAllocator, 1<<20, 100); !errors.Is(err, errMessageTooLarge) {
+	if _, err := decodeArrow(bytes.NewReader(hugeMeta), memory.DefaultAllocator, limits(1<<20, 100)); !errors.Is(err, errMessageTooLarge) {
 		t.Fatalf("metadata claiming 2 GiB: %v, want errMessageTooLarge", err)
 	}
 }
@@ -357,7 +364,7 @@ func TestArrowCompressedStreams(t *testing.T) {
 		return buf.Bytes()
 	}
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
-	got, err := decodeArrow(bytes.NewReader(encode(cols)), mem, 64<<10, 100)
+	got, err := decodeArrow(bytes.NewReader(encode(cols)), mem, limits(64<<10, 100))
 	if err != nil || len(got.rows) != 2 || got.rows[1]["prompt"] != "p b" {
 		t.Fatalf("a zstd stream decoded to %v, %v; want rows a and b", got, err)
 	}
@@ -367,7 +374,7 @@ func TestArrowCompressedStreams(t *testing.T) {
 	if len(bomb) > 64<<10 {
 		t.Fatalf("the compressed stream is %d bytes, want it under the 64 KiB body limit", len(bomb))
 	}
-	if _, err := decodeArrow(bytes.NewReader(bomb), memory.DefaultAllocator, 64<<10, 100); !errors.Is(err, errMessageTooLarge) {
+	if _, err := decodeArrow(bytes.NewReader(bomb), memory.DefaultAllocator, limits(64<<10, 100)); !errors.Is(err, errMessageTooLarge) {
 		t.Fatalf("600 KiB decompressed from a %d-byte body with a 64 KiB limit: %v, want errMessageTooLarge", len(bomb), err)
 	}
 }

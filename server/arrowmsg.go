@@ -33,12 +33,15 @@ const maxArrowEntries = 4096
 type guardedReader struct {
 	r     io.Reader
 	limit int64 // of one message's metadata and of its body
-	msg   *ipc.Message
-	refs  atomic.Int64
+	// budget bounds the uncompressed bytes of the buffers of all record
+	// batches; decoded is what the batches read so far declare.
+	budget, decoded int64
+	msg             *ipc.Message
+	refs            atomic.Int64
 }
 
-func newGuardedReader(r io.Reader, limit int64) *guardedReader {
-	g := &guardedReader{r: r, limit: limit}
+func newGuardedReader(r io.Reader, limit, budget int64) *guardedReader {
+	g := &guardedReader{r: r, limit: limit, budget: budget}
 	g.refs.Add(1)
 	return g
 }
@@ -69,6 +72,9 @@ func (g *guardedReader) Message() (*ipc.Message, error) {
 	}
 	body, err := g.read(bodyLen, "message body")
 	if err != nil {
+		return nil, err
+	}
+	if err := g.charge(meta, body); err != nil {
 		return nil, err
 	}
 	if g.msg != nil {
@@ -142,12 +148,102 @@ const (
 	slotMessageHeader     = 8
 	slotMessageBodyLength = 10
 	slotMessageMetadata   = 12
+	slotRecordBatchBufs   = 8
+	slotRecordCompression = 10
+	slotDictionaryData    = 6
 	slotSchemaFields      = 6
 	slotSchemaMetadata    = 8
 	slotFieldChildren     = 14
 	slotFieldMetadata     = 16
 	headerSchema          = 1
+	headerDictionaryBatch = 2
+	headerRecordBatch     = 3
 )
+
+// charge adds the uncompressed size of a record or dictionary batch's
+// buffers to what the stream decoded, and refuses the message when that
+// passes the budget. A compressed buffer declares its uncompressed length
+// in its first 8 bytes (-1: stored uncompressed); arrow-go allocates that
+// length and decompresses into it, so the check comes before either.
+func (g *guardedReader) charge(meta, body []byte) (err error) {
+	defer func() {
+		if p := recover(); p != nil { // an offset pointing outside meta
+			err = fmt.Errorf("malformed message metadata: %v", p)
+		}
+	}()
+	n, err := batchBytes(meta, body)
+	if err != nil {
+		return err
+	}
+	if g.decoded += n; g.decoded > g.budget {
+		return fmt.Errorf("%w: the stream's buffers decode to more than %d bytes (%d up to this record batch); send fewer or smaller rows",
+			errDecodedTooLarge, g.budget, g.decoded)
+	}
+	return nil
+}
+
+// batchBytes is the uncompressed size of the buffers of a record or
+// dictionary batch message; 0 for other messages.
+func batchBytes(meta, body []byte) (int64, error) {
+	msg := flatbuffers.Table{Bytes: meta, Pos: flatbuffers.GetUOffsetT(meta)}
+	o := flatbuffers.UOffsetT(msg.Offset(slotMessageHeader))
+	var rb flatbuffers.Table
+	switch msg.GetByteSlot(slotMessageHeaderType, 0) {
+	case headerRecordBatch:
+		if o == 0 {
+			return 0, errors.New("record batch message without a record batch")
+		}
+		msg.Union(&rb, o)
+	case headerDictionaryBatch:
+		if o == 0 {
+			return 0, errors.New("dictionary batch message without a dictionary batch")
+		}
+		var db flatbuffers.Table
+		msg.Union(&db, o)
+		d := flatbuffers.UOffsetT(db.Offset(slotDictionaryData))
+		if d == 0 {
+			return 0, nil
+		}
+		rb = flatbuffers.Table{Bytes: meta, Pos: db.Indirect(db.Pos + d)}
+	default:
+		return 0, nil
+	}
+	compressed := rb.Offset(slotRecordCompression) != 0
+	v := flatbuffers.UOffsetT(rb.Offset(slotRecordBatchBufs))
+	if v == 0 {
+		return 0, nil
+	}
+	start, n := rb.Vector(v), rb.VectorLen(v)
+	if int64(start)+16*int64(n) > int64(len(meta)) {
+		return 0, fmt.Errorf("metadata claims %d buffers in %d bytes", n, len(meta))
+	}
+	var total int64
+	for i := range n {
+		pos := start + flatbuffers.UOffsetT(16*i) // struct Buffer { offset: long; length: long }
+		off, length := flatbuffers.GetInt64(meta[pos:]), flatbuffers.GetInt64(meta[pos+8:])
+		if off < 0 || length < 0 || off > int64(len(body)) || length > int64(len(body))-off {
+			return 0, fmt.Errorf("buffer %d at %d+%d lies outside the %d-byte message body", i, off, length, len(body))
+		}
+		size := length
+		if compressed && length > 0 {
+			if length < 8 {
+				return 0, fmt.Errorf("compressed buffer %d of %d bytes has no length prefix", i, length)
+			}
+			switch declared := int64(binary.LittleEndian.Uint64(body[off:])); {
+			case declared == -1: // stored uncompressed after the prefix
+				size = length - 8
+			case declared < 0:
+				return 0, fmt.Errorf("compressed buffer %d declares %d bytes uncompressed", i, declared)
+			default:
+				size = declared
+			}
+		}
+		if total += size; total < 0 || size < 0 {
+			return 0, fmt.Errorf("buffer sizes overflow")
+		}
+	}
+	return total, nil
+}
 
 // checkMetadata checks that the vectors arrow-go sizes allocations by
 // fit inside the metadata and stay within maxArrowEntries, and returns the

@@ -2,9 +2,12 @@ package server
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -24,11 +27,13 @@ func FuzzNDJSONDecode(f *testing.F) {
 		ndjson("a", "b"), "", "\n\n", `{"id":"x"}`, "[1,2]\n", `{"id":"x"} {"id":"y"}`,
 		`{"id":"x","reward":1e400}`, `{"id":"x","prompt":"p","completion":"c","reward":null,"metadata":[1,{"a":null}]}`,
 		"{\"id\":\"\xff\"}", `{"id":"x","colour":"red"}`, `{"id":"x","id":"y"}`, strings.Repeat(`{"id":"r"}`+"\n", fuzzMaxRows+1),
+		`{"id":"\ud800"}`, `{"id":"\ud83d\ude00"}`, `{"id":"x"}]`, `{"id":"x","metadata":{"a":[{"k":1,"k":2}]}}`,
+		`{"id":"x","metadata":{"k":"\\ud800"}}`, "\t{\"id\":\"x\"} \r\n",
 	} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		rows, lines, perr := decodeNDJSON(bytes.NewReader(body), fuzzMaxRows)
+		rows, lines, perr := decodeNDJSON(bytes.NewReader(body), fuzzMaxRows, 1<<20)
 		if perr != nil {
 			if perr.Error() == "" || rows != nil {
 				t.Fatalf("failed decode: message %q, %d rows", perr.Error(), len(rows))
@@ -36,8 +41,35 @@ func FuzzNDJSONDecode(f *testing.F) {
 			return
 		}
 		checkLines(t, lines, len(rows), bytes.Count(body, []byte("\n"))+1)
+		checkNotRewritten(t, body, rows)
 		revalidate(t, rows, lineLocator(lines))
 	})
+}
+
+// checkNotRewritten: a body that decoded is valid UTF-8 (encoding/json
+// would have replaced what is not), and a U+FFFD in a value was sent as
+// one (lone surrogates would have become one), and raw JSON values are
+// bytes of the body.
+func checkNotRewritten(t *testing.T, body []byte, rows []schema.Row) {
+	t.Helper()
+	if len(rows) > 0 && !utf8.Valid(body) {
+		t.Fatalf("%d rows decoded from a body that is not UTF-8: %q", len(rows), body)
+	}
+	sentFFFD := bytes.Contains(body, []byte("\uFFFD")) || bytes.Contains(bytes.ToLower(body), []byte(`\ufffd`))
+	for i, r := range rows {
+		for k, v := range r {
+			switch x := v.(type) {
+			case string:
+				if strings.ContainsRune(k+x, utf8.RuneError) && !sentFFFD {
+					t.Fatalf("row %d: %q: %q holds U+FFFD that the body did not send", i, k, x)
+				}
+			case json.RawMessage:
+				if !bytes.Contains(body, x) {
+					t.Fatalf("row %d: %q: JSON %s is not the body's bytes", i, k, x)
+				}
+			}
+		}
+	}
 }
 
 // checkLines holds lines to one strictly increasing line per row, within
@@ -89,7 +121,7 @@ func FuzzArrowDecode(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
-		got, err := decodeArrow(bytes.NewReader(body), mem, 1<<20, fuzzMaxRows)
+		got, err := decodeArrow(bytes.NewReader(body), mem, limits(1<<20, fuzzMaxRows))
 		if err != nil {
 			var ae *arrowError
 			if !errors.As(err, &ae) || err.Error() == "" {
@@ -137,4 +169,34 @@ func arrowSeeds(tb testing.TB) [][]byte {
 		truncated(arrowStream(tb, good)),
 		[]byte("not arrow"),
 	}
+}
+
+// FuzzNDJSONLine holds decodeLineFast to decodeLineStrict, which defines
+// what a line may be: a line the fast path takes, the strict walk takes,
+// as the same row.
+func FuzzNDJSONLine(f *testing.F) {
+	for _, seed := range []string{
+		`{"id":"x","prompt":"a\"b:c","completion":"\u00e9","reward":1.50,"metadata":{"k":[1,{"a":"\\"}]}}`,
+		`{"id":"x","id":"y"}`, `{"id":"x","m":{"a":1,"a":1}}`, `{"id":"x","m":[{"a":1},{"a":2}]}`,
+		`{"id":"\ud800"}`, "{\"id\":\"\xff\"}", `{"id":"x"}]`, `{"a:b":":","c":{"d:":"\":"}}`, `null`, `{}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 {
+			return
+		}
+		fast, ok := decodeLineFast(line)
+		strict, lerr := decodeLineStrict(line)
+		if !ok {
+			return
+		}
+		if lerr != nil {
+			t.Fatalf("the fast path took %q, which the strict walk refuses: %v", line, lerr)
+		}
+		if !reflect.DeepEqual(fast, strict) {
+			t.Fatalf("%q: the fast path decoded %#v, the strict walk %#v", line, fast, strict)
+		}
+	})
 }

@@ -4,8 +4,6 @@
 package server
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,6 +22,7 @@ import (
 
 	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/wal"
 )
 
 // DefaultMaxBodyBytes bounds a request body unless Options.MaxBodyBytes is set.
@@ -56,6 +55,13 @@ type Options struct {
 	// MaxRows bounds the rows of a request while it is decoded, before the
 	// engine's own MaxBatchRows applies; default DefaultMaxRows.
 	MaxRows int
+	// MaxDecodedBytes bounds what a request decodes to while it is
+	// decoded: NDJSON values as a WAL record holds them, Arrow buffers as
+	// their (compressed buffers: declared) uncompressed lengths, summed over
+	// the stream. Default wal.MaxPayloadSize: a batch larger than one WAL
+	// record cannot be stored, so decoding it is refused with 413 before
+	// it costs that memory.
+	MaxDecodedBytes int64
 }
 
 // Server is an http.Handler over a Host.
@@ -94,6 +100,9 @@ func New(opts Options) *Server {
 	if opts.MaxRows <= 0 {
 		opts.MaxRows = DefaultMaxRows
 	}
+	if opts.MaxDecodedBytes <= 0 {
+		opts.MaxDecodedBytes = wal.MaxPayloadSize
+	}
 	s := &Server{opts: opts, mux: http.NewServeMux(), hosted: map[string]bool{},
 		inflight: map[*engine.Shard]*probe{}, last: map[*engine.Shard]string{}}
 	for _, name := range opts.Shards {
@@ -121,8 +130,9 @@ func (s *Server) SetReady(ready bool) { s.ready.Store(ready) }
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
 // apiError is the JSON body of every error answer. Line locates an NDJSON
-// row (1-based); RecordBatch and Row locate an Arrow row (0-based, as
-// Arrow libraries index them).
+// row (1-based) and ByteOffset, where known, the refused byte in that line
+// (0-based); RecordBatch and Row locate an Arrow row (0-based, as Arrow
+// libraries index them).
 //
 // Code names the kind of refusal where one status covers several (see the
 // code* constants); Parameter names the query parameter a 400 refuses. The
@@ -132,6 +142,7 @@ type apiError struct {
 	Code        string `json:"code,omitempty"`
 	Parameter   string `json:"parameter,omitempty"`
 	Line        int    `json:"line,omitempty"`
+	ByteOffset  *int   `json:"byte_offset,omitempty"`
 	RecordBatch *int   `json:"record_batch,omitempty"`
 	Row         *int   `json:"row,omitempty"`
 	Column      string `json:"column,omitempty"`
@@ -153,8 +164,9 @@ const (
 	codeNotOwner         = "not_owner"          // 409: fenced, not the owner (an append: nothing written)
 	codeOutcomeUnknown   = "outcome_unknown"    // 409: written, but not acknowledged
 	codeBackpressure     = "backpressure"       // 429: memory budget exhausted; Retry-After
+	codeMergesBehind     = "merges_behind"      // 429: the shard waits for a merge; Retry-After
 	codeTooManyProducers = "too_many_producers" // 429: the shard's producer limit; no Retry-After
-	codeTooLarge         = "too_large"          // 413: too many rows
+	codeTooLarge         = "too_large"          // 413: too many rows or bytes for one request or one WAL record
 	codeStopped          = "stopped"            // 503: the shard stopped taking writes
 )
 
@@ -294,7 +306,7 @@ func (s *Server) decoder(w http.ResponseWriter, r *http.Request) (func(io.Reader
 }
 
 func (s *Server) decodeNDJSONBody(body io.Reader) (decoded, error) {
-	rows, lines, perr := decodeNDJSON(body, s.opts.MaxRows)
+	rows, lines, perr := decodeNDJSON(body, s.opts.MaxRows, s.opts.MaxDecodedBytes)
 	if perr != nil {
 		return decoded{}, perr
 	}
@@ -302,7 +314,7 @@ func (s *Server) decodeNDJSONBody(body io.Reader) (decoded, error) {
 }
 
 func (s *Server) decodeArrowBody(body io.Reader) (decoded, error) {
-	a, err := decodeArrow(body, memory.DefaultAllocator, s.opts.MaxBodyBytes, s.opts.MaxRows)
+	a, err := decodeArrow(body, memory.DefaultAllocator, arrowLimits{body: s.opts.MaxBodyBytes, decoded: s.opts.MaxDecodedBytes, rows: s.opts.MaxRows})
 	if err != nil {
 		return decoded{}, err
 	}
@@ -341,14 +353,14 @@ func decodeError(err error, body *bodyReader) (int, apiError) {
 	if errors.As(body.err, &tooBig) {
 		return http.StatusRequestEntityTooLarge, apiError{Error: fmt.Sprintf("request body is larger than %d bytes", tooBig.Limit)}
 	}
-	if errors.Is(err, errTooManyRows) || errors.Is(err, errMessageTooLarge) {
-		return http.StatusRequestEntityTooLarge, apiError{Error: err.Error()}
+	if errors.Is(err, errTooManyRows) || errors.Is(err, errMessageTooLarge) || errors.Is(err, errDecodedTooLarge) {
+		return http.StatusRequestEntityTooLarge, apiError{Error: err.Error(), Code: codeTooLarge}
 	}
 	var pe *parseError
 	var ae *arrowError
 	switch {
 	case errors.As(err, &pe):
-		return http.StatusBadRequest, apiError{Error: pe.Error(), Line: pe.line}
+		return http.StatusBadRequest, pe.api()
 	case errors.As(err, &ae):
 		return http.StatusBadRequest, ae.api()
 	}
@@ -377,6 +389,10 @@ func (s *Server) appendError(err error, locate locator) (int, apiError) {
 			"or wait for idle sessions to expire: " + err.Error(), Code: codeTooManyProducers}
 	case errors.Is(err, engine.ErrBatchTooLarge):
 		return http.StatusRequestEntityTooLarge, apiError{Error: err.Error(), Code: codeTooLarge}
+	case errors.Is(err, wal.ErrPayloadTooLarge):
+		return http.StatusRequestEntityTooLarge, apiError{Error: "the batch does not fit one WAL record; send fewer or smaller rows: " + err.Error(), Code: codeTooLarge}
+	case errors.Is(err, engine.ErrMergesBehind):
+		return http.StatusTooManyRequests, apiError{Error: err.Error(), Code: codeMergesBehind}
 	case errors.Is(err, engine.ErrBackpressure):
 		return http.StatusTooManyRequests, apiError{Error: "memtable memory budget exhausted; retry later: " + err.Error(), Code: codeBackpressure}
 	case errors.Is(err, engine.ErrUnknownOutcome):
@@ -398,6 +414,21 @@ type parseError struct {
 	err  error
 }
 
+// api is the error's answer body, with the column and byte offset of a
+// refused line where known.
+func (e *parseError) api() apiError {
+	out := apiError{Error: e.Error(), Line: e.line}
+	var le *lineError
+	if errors.As(e.err, &le) {
+		out.Column = le.column
+		if le.offset >= 0 {
+			off := le.offset
+			out.ByteOffset = &off
+		}
+	}
+	return out
+}
+
 func (e *parseError) Unwrap() error { return e.err }
 
 func (e *parseError) Error() string {
@@ -405,47 +436,6 @@ func (e *parseError) Error() string {
 		return fmt.Sprintf("line %d: %v", e.line, e.err)
 	}
 	return e.err.Error()
-}
-
-// decodeNDJSON reads one JSON object per line, at most maxRows of them;
-// blank lines are skipped. lines[i] is the 1-based line of rows[i].
-func decodeNDJSON(body io.Reader, maxRows int) (rows []schema.Row, lines []int, perr *parseError) {
-	br := bufio.NewReaderSize(body, 64<<10)
-	for line := 1; ; line++ {
-		b, err := br.ReadBytes('\n')
-		if err != nil && err != io.EOF {
-			return nil, nil, &parseError{err: err}
-		}
-		if t := bytes.TrimSpace(b); len(t) > 0 {
-			if len(rows) >= maxRows {
-				return nil, nil, &parseError{line: line, err: fmt.Errorf("%w: more than %d rows in the request", errTooManyRows, maxRows)}
-			}
-			row, derr := decodeLine(t)
-			if derr != nil {
-				return nil, nil, &parseError{line: line, err: derr}
-			}
-			rows, lines = append(rows, row), append(lines, line)
-		}
-		if err == io.EOF {
-			return rows, lines, nil
-		}
-	}
-}
-
-func decodeLine(b []byte) (schema.Row, error) {
-	if b[0] != '{' {
-		return nil, errors.New("not a JSON object")
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var row map[string]any
-	if err := dec.Decode(&row); err != nil {
-		return nil, fmt.Errorf("bad JSON: %v", err)
-	}
-	if dec.More() {
-		return nil, errors.New("bad JSON: more than one value on the line")
-	}
-	return schema.Row(row), nil
 }
 
 func (s *Server) handleFlush(w http.ResponseWriter, r *http.Request) {

@@ -33,6 +33,10 @@ type ProducerResponse struct {
 	Known    bool   `json:"known"`
 }
 
+// MaxSourceOffset is the largest source offset an append may carry
+// (engine.MaxSourceOffset, which says why).
+const MaxSourceOffset = engine.MaxSourceOffset
+
 // appendOptionsOf reads the optional source/offset and producer/seq query
 // parameters, or the 400 that refuses them.
 func appendOptionsOf(r *http.Request) (engine.AppendOptions, *apiError) {
@@ -65,8 +69,8 @@ func sourceOf(q url.Values) (engine.Source, *apiError) {
 		return engine.Source{}, badParameter("offset", "query parameter source needs offset")
 	}
 	n, err := strconv.ParseInt(off, 10, 64)
-	if err != nil {
-		return engine.Source{}, badParameter("offset", "query parameter offset %q: not an int64", off)
+	if err != nil || n < 0 || n > MaxSourceOffset {
+		return engine.Source{}, badParameter("offset", "query parameter offset %q: not a decimal integer from 0 to 2^62-1", off)
 	}
 	src := engine.Source{Name: name, Offset: n}
 	if err := engine.ValidateSource(src); err != nil {

@@ -23,6 +23,10 @@ var (
 	// of an epoch newer than Options.Epoch: another writer has taken over,
 	// so this one must not append.
 	ErrNewerEpoch = errors.New("wal: a newer epoch has written to the log")
+	// ErrPayloadTooLarge is returned by Prepare and Append for a payload
+	// over MaxPayloadSize: the caller's request is too large, nothing was
+	// written, and the same bytes would be refused again.
+	ErrPayloadTooLarge = errors.New("wal: payload too large")
 )
 
 // CorruptionError locates damage: the segment file (its name within the

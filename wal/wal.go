@@ -125,7 +125,7 @@ type Prepared struct {
 // bytes until AppendPrepared returns; Release it afterwards.
 func (w *WAL) Prepare(payload []byte) (*Prepared, error) {
 	if len(payload) > MaxPayloadSize {
-		return nil, fmt.Errorf("wal: payload of %d bytes exceeds %d", len(payload), MaxPayloadSize)
+		return nil, fmt.Errorf("%w: payload of %d bytes exceeds %d", ErrPayloadTooLarge, len(payload), MaxPayloadSize)
 	}
 	p := &Prepared{c: w.codec, buf: w.codec.getBuf(), rawLength: uint32(len(payload))}
 	p.stored, p.kind = w.codec.compress(payload, p.buf)

@@ -1,0 +1,399 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/rollwal/rollwal/schema"
+)
+
+// NDJSON lines decode with encoding/json, which never fails on text it
+// can only decode by changing it: invalid UTF-8 and lone surrogate escapes
+// become U+FFFD (two distinct ids become one, and the second row is
+// acknowledged as a duplicate of the first), a repeated key keeps its last
+// value, and a json column decoded to Go values and marshalled again comes
+// back with sorted keys and <, > and & as six-byte escapes. So the raw
+// bytes of a line are checked for invalid UTF-8 and lone surrogates, keys
+// for duplicates at every depth, nothing may follow the object, and a json
+// column keeps the bytes that were sent. decodeLineStrict does it by
+// walking the line key by key (json.Decoder tokens), which names the
+// column and byte of a refusal; decodeLineFast, the whole-line decode of
+// before and three scans of the raw bytes, takes the plainly good lines at
+// less cost (BenchmarkDecodeNDJSON); FuzzNDJSONLine holds the two to the
+// same answers.
+
+// errDecodedTooLarge marks a request whose rows decode to more bytes than
+// one WAL record may hold: the answer is 413.
+var errDecodedTooLarge = errors.New("request too large for one WAL record")
+
+// lineError locates a refusal inside one line: the key (column) it is
+// under, "" for none, and the byte offset in the line, -1 when unknown.
+type lineError struct {
+	column string
+	offset int
+	err    error
+}
+
+func (e *lineError) Error() string {
+	where := ""
+	if e.column != "" {
+		where = fmt.Sprintf("column %q", e.column)
+	}
+	if e.offset >= 0 {
+		if where != "" {
+			where += ", "
+		}
+		where += fmt.Sprintf("byte %d", e.offset)
+	}
+	if where == "" {
+		return e.err.Error()
+	}
+	return where + ": " + e.err.Error()
+}
+
+func (e *lineError) Unwrap() error { return e.err }
+
+// decodeNDJSON reads one JSON object per line, at most maxRows of them and
+// at most maxBytes of decoded values (estimated as the WAL stores them);
+// blank lines are skipped. lines[i] is the 1-based line of rows[i].
+func decodeNDJSON(body io.Reader, maxRows int, maxBytes int64) (rows []schema.Row, lines []int, perr *parseError) {
+	br := bufio.NewReaderSize(body, 64<<10)
+	var size int64
+	for line := 1; ; line++ {
+		b, err := br.ReadBytes('\n')
+		if err != nil && err != io.EOF {
+			return nil, nil, &parseError{err: err}
+		}
+		if t := bytes.TrimSpace(b); len(t) > 0 {
+			if len(rows) >= maxRows {
+				return nil, nil, &parseError{line: line, err: fmt.Errorf("%w: more than %d rows in the request", errTooManyRows, maxRows)}
+			}
+			row, n, lerr := decodeLine(t)
+			if lerr != nil {
+				if lerr.offset >= 0 {
+					lerr.offset += bytes.Index(b, t) // the line as sent, before trimming
+				}
+				return nil, nil, &parseError{line: line, err: lerr}
+			}
+			if size += n; size > maxBytes {
+				return nil, nil, &parseError{line: line, err: fmt.Errorf("%w: the rows up to this line hold more than %d bytes; send fewer or smaller rows",
+					errDecodedTooLarge, maxBytes)}
+			}
+			rows, lines = append(rows, row), append(lines, line)
+		}
+		if err == io.EOF {
+			return rows, lines, nil
+		}
+	}
+}
+
+// decodeLine decodes one trimmed, non-empty line into a row and the bytes
+// its values take in a WAL record. decodeLineFast takes the lines that are
+// plainly fine; any other line is walked by decodeLineStrict, which
+// defines what is accepted and locates what is not.
+func decodeLine(b []byte) (schema.Row, int64, *lineError) {
+	if row, ok := decodeLineFast(b); ok {
+		return row, rowSize(row), nil
+	}
+	row, lerr := decodeLineStrict(b)
+	if lerr != nil {
+		return nil, 0, lerr
+	}
+	return row, rowSize(row), nil
+}
+
+// decodeLineFast decodes a line as decodeLineStrict would, or reports
+// false. It decodes the line whole, as the server always did, and checks
+// that nothing was rewritten: the line is UTF-8 without lone surrogate
+// escapes, ends with the object, and holds as many keys (colons outside
+// strings) as the decoded objects do, so no key repeated at any depth.
+// Objects and arrays are then taken byte for byte from a second decode
+// into raw messages, only for lines that hold any.
+func decodeLineFast(b []byte) (schema.Row, bool) {
+	if b[0] != '{' || !utf8.Valid(b) {
+		return nil, false
+	}
+	if off, _ := badText(b); off >= 0 {
+		return nil, false
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var row map[string]any
+	if err := dec.Decode(&row); err != nil || dec.InputOffset() != int64(len(b)) {
+		return nil, false
+	}
+	keys, nested := len(row), false
+	for _, v := range row {
+		n, isNested := decodedKeys(v)
+		keys, nested = keys+n, nested || isNested
+	}
+	if keys != countKeys(b) {
+		return nil, false
+	}
+	if nested {
+		var raw map[string]json.RawMessage
+		if err := json.Unmarshal(b, &raw); err != nil {
+			return nil, false
+		}
+		for k, v := range row {
+			if _, isNested := decodedKeys(v); isNested {
+				row[k] = raw[k]
+			}
+		}
+	}
+	return schema.Row(row), true
+}
+
+// decodedKeys counts the keys of the objects inside a decoded value and
+// reports whether it is an object or array.
+func decodedKeys(v any) (int, bool) {
+	n := 0
+	switch x := v.(type) {
+	case map[string]any:
+		n = len(x)
+		for _, e := range x {
+			k, _ := decodedKeys(e)
+			n += k
+		}
+	case []any:
+		for _, e := range x {
+			k, _ := decodedKeys(e)
+			n += k
+		}
+	default:
+		return 0, false
+	}
+	return n, true
+}
+
+// countKeys counts the colons outside strings of JSON text: one per key
+// of every object in it.
+func countKeys(b []byte) int {
+	n, inString := 0, false
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case inString && c == '\\':
+			i++
+		case c == '"':
+			inString = !inString
+		case !inString && c == ':':
+			n++
+		}
+	}
+	return n
+}
+
+// rowSize estimates the bytes a row's values take in a WAL record: a
+// string or JSON text its length and a length prefix, a number 8.
+func rowSize(row schema.Row) int64 {
+	var n int64
+	for _, v := range row {
+		switch x := v.(type) {
+		case string:
+			n += int64(len(x)) + 1
+		case json.RawMessage:
+			n += int64(len(x)) + 1
+		case json.Number:
+			n += 8
+		default:
+			n++
+		}
+	}
+	return n
+}
+
+// decodeLineStrict walks a line key by key with json.Decoder tokens,
+// checking the raw bytes of every key and value before decoding them.
+func decodeLineStrict(b []byte) (schema.Row, *lineError) {
+	if b[0] != '{' {
+		return nil, &lineError{offset: 0, err: errors.New("not a JSON object")}
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	if _, err := dec.Token(); err != nil {
+		return nil, syntaxError(b, "", err)
+	}
+	row := schema.Row{}
+	for dec.More() {
+		start := int(dec.InputOffset())
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, syntaxError(b, "", err)
+		}
+		key, _ := tok.(string)
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, syntaxError(b, key, err)
+		}
+		end := int(dec.InputOffset())
+		if off, why := badText(b[start:end]); off >= 0 {
+			return nil, &lineError{column: key, offset: start + off, err: errors.New(why)}
+		}
+		if _, dup := row[key]; dup {
+			return nil, &lineError{column: key, offset: start + bytes.IndexByte(b[start:end], '"'), err: fmt.Errorf("key %q appears twice in the object", key)}
+		}
+		v, lerr := rawValue(raw)
+		if lerr != nil {
+			lerr.column, lerr.offset = key, end-len(raw)+lerr.offset
+			return nil, lerr
+		}
+		row[key] = v
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, syntaxError(b, "", err)
+	}
+	if off := int(dec.InputOffset()); off < len(b) {
+		off += len(b[off:]) - len(bytes.TrimLeft(b[off:], " \t\r"))
+		return nil, &lineError{offset: off, err: errors.New("bytes after the JSON object; send one object per line")}
+	}
+	return row, nil
+}
+
+// syntaxError locates an error of encoding/json in line b.
+func syntaxError(b []byte, key string, err error) *lineError {
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &se):
+		return &lineError{column: key, offset: int(se.Offset), err: fmt.Errorf("bad JSON: %v", err)}
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return &lineError{column: key, offset: len(b), err: errors.New("bad JSON: the line ends inside the object")}
+	}
+	return &lineError{column: key, offset: -1, err: fmt.Errorf("bad JSON: %v", err)}
+}
+
+// rawValue turns the raw bytes of a value that passed badText into the Go
+// value schema validation takes: a string unescaped, a number as
+// json.Number, an object or array as json.RawMessage (the json column
+// keeps it byte for byte).
+func rawValue(raw json.RawMessage) (any, *lineError) {
+	switch raw[0] {
+	case '"':
+		if bytes.IndexByte(raw, '\\') < 0 {
+			return string(raw[1 : len(raw)-1]), nil
+		}
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, &lineError{offset: 0, err: fmt.Errorf("bad JSON string: %v", err)}
+		}
+		return s, nil
+	case '{', '[':
+		if off, key := duplicateKey(raw); off >= 0 {
+			return nil, &lineError{offset: off, err: fmt.Errorf("key %q appears twice in an object of the value", key)}
+		}
+		return raw, nil
+	case 't':
+		return true, nil
+	case 'f':
+		return false, nil
+	case 'n':
+		return nil, nil
+	}
+	return json.Number(raw), nil
+}
+
+// badText returns the offset in s of the first byte that is not UTF-8 or
+// of the first \u escape of a lone surrogate, and what it is; -1 when
+// there is none. s is JSON that encoding/json scanned, so a backslash
+// starts a well-formed escape inside a string.
+func badText(s []byte) (int, string) {
+	if !utf8.Valid(s) {
+		for i := 0; i < len(s); {
+			r, n := utf8.DecodeRune(s[i:])
+			if r == utf8.RuneError && n <= 1 {
+				return i, "not valid UTF-8"
+			}
+			i += n
+		}
+	}
+	for i := 0; ; {
+		j := bytes.IndexByte(s[i:], '\\')
+		if j < 0 || i+j+1 >= len(s) {
+			return -1, ""
+		}
+		i += j
+		if s[i+1] != 'u' || i+6 > len(s) {
+			i += 2
+			continue
+		}
+		r := hex4(s[i+2 : i+6])
+		switch {
+		case !utf16.IsSurrogate(r):
+			i += 6
+		case r < 0xdc00 && i+12 <= len(s) && s[i+6] == '\\' && s[i+7] == 'u' && isLowSurrogate(hex4(s[i+8:i+12])):
+			i += 12
+		default:
+			return i, fmt.Sprintf(`\u%s is a lone UTF-16 surrogate, not a character`, s[i+2:i+6])
+		}
+	}
+}
+
+func isLowSurrogate(r rune) bool { return r >= 0xdc00 && r <= 0xdfff }
+
+// hex4 reads four hex digits; anything else reads as -1.
+func hex4(h []byte) rune {
+	var r rune
+	for _, c := range h {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return -1
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
+}
+
+// duplicateKey walks a JSON object or array and returns the offset and
+// name of the first key that repeats inside one object; -1 when none
+// does. A value with fewer than two colons holds no two keys.
+func duplicateKey(raw []byte) (int, string) {
+	if bytes.Count(raw, []byte{':'}) < 2 {
+		return -1, ""
+	}
+	type frame struct {
+		seen      map[string]bool // nil for an array
+		expectKey bool
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	var stack []frame
+	for {
+		before := int(dec.InputOffset())
+		tok, err := dec.Token()
+		if err != nil {
+			return -1, "" // raw was scanned whole already: the end
+		}
+		top := len(stack) - 1
+		if s, ok := tok.(string); ok && top >= 0 && stack[top].expectKey {
+			if stack[top].seen[s] {
+				return before + bytes.IndexByte(raw[before:], '"'), s
+			}
+			stack[top].seen[s], stack[top].expectKey = true, false
+			continue
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, frame{seen: map[string]bool{}, expectKey: true})
+			continue
+		case json.Delim('['):
+			stack = append(stack, frame{})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:top]
+			top--
+		}
+		if top >= 0 && stack[top].seen != nil {
+			stack[top].expectKey = true // a value ended: a key comes next
+		}
+	}
+}
