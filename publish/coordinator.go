@@ -71,9 +71,15 @@ type Options struct {
 	// stops at whole generations (always at least one); default 256 MiB.
 	MemoryBudget int64
 	// Codec of the base files; default "snappy".
-	Codec      string
-	Logger     *slog.Logger
-	Registerer prometheus.Registerer
+	Codec string
+	// DisableReplayRanges is a test switch: the planner ignores the
+	// writers' provenance (recorded replay ranges and inherited WAL tails)
+	// and extends the cutoff at every epoch change, so that the cutoff
+	// alone must keep replayed rows out of the base (internal/sim draws
+	// it). Production never sets it.
+	DisableReplayRanges bool
+	Logger              *slog.Logger
+	Registerer          prometheus.Registerer
 }
 
 func (o *Options) ensureDefaults() {
@@ -232,7 +238,7 @@ func (c *Coordinator) acquire(ctx context.Context) error {
 			continue
 		}
 		c.log.Info("merge lock held; waiting for its release", "holder", string(held[0].Value))
-		if err := c.waitDeleted(ctx, key, held[0].ModRevision); err != nil {
+		if err := c.waitDeleted(ctx, key, resp.Header.Revision); err != nil {
 			c.release()
 			return err
 		}
@@ -243,6 +249,9 @@ func (c *Coordinator) waitDeleted(ctx context.Context, key string, rev int64) er
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	for wr := range c.cli.Watch(wctx, key, clientv3.WithRev(rev+1)) {
+		if wr.CompactRevision != 0 {
+			return nil // compacted past the read: the caller reads again
+		}
 		if err := wr.Err(); err != nil {
 			return fmt.Errorf("publish: watch lock %s: %w", key, err)
 		}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -147,6 +148,16 @@ func release(l *dirlock.Lock) error {
 		return nil
 	}
 	return l.Release()
+}
+
+// registerMetrics registers the embedded etcd's writer_etcd_* gauges
+// (database size, in-use size, quota, revisions, compactions, defrags) on
+// reg; nothing for an external cluster or another process's etcd.
+func (m *metadata) registerMetrics(reg prometheus.Registerer) error {
+	if m.embedded == nil {
+		return nil
+	}
+	return m.embedded.RegisterMetrics(reg)
 }
 
 // Close closes etcd (removing the endpoint record of an embedded one), then

@@ -48,6 +48,7 @@ func newInspect() *cobra.Command {
 		o.command("shard SHARD", "A shard's manifest and owner", cobra.ExactArgs(1), (*inspector).shard),
 		o.command("generations SHARD", "A shard's committed generations, each read from its file's footer", cobra.ExactArgs(1), (*inspector).generations),
 		o.command("base", "The base table: version, files, rows, and each shard's merge state", cobra.NoArgs, (*inspector).base),
+		o.command("etcd", "Each etcd member's database size, in-use size, quota, revision and alarms", cobra.NoArgs, (*inspector).etcd),
 	)
 	return cmd
 }
@@ -419,4 +420,50 @@ func optional(v *uint64) string {
 		return "-"
 	}
 	return fmt.Sprint(*v)
+}
+
+// etcdMember is one line of `inspect etcd`.
+type etcdMember struct {
+	Endpoint     string   `json:"endpoint"`
+	DBBytes      int64    `json:"db_bytes"`
+	DBInUseBytes int64    `json:"db_in_use_bytes"`
+	QuotaBytes   int64    `json:"quota_bytes"`
+	Revision     int64    `json:"revision"`
+	Alarms       []string `json:"alarms"` // the cluster's raised alarms, e.g. NOSPACE
+}
+
+func (in *inspector) etcd(ctx context.Context, _ []string) error {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	alarms, err := in.cli.AlarmList(rctx)
+	if err != nil {
+		return fmt.Errorf("list etcd alarms: %w", err)
+	}
+	raised := []string{}
+	for _, a := range alarms.Alarms {
+		raised = append(raised, fmt.Sprintf("%s (member %x)", a.Alarm, a.MemberID))
+	}
+	members := []etcdMember{}
+	for _, ep := range in.cli.Endpoints() {
+		st, err := in.cli.Status(rctx, ep)
+		if err != nil {
+			return fmt.Errorf("status of etcd %s: %w", ep, err)
+		}
+		members = append(members, etcdMember{Endpoint: ep, DBBytes: st.DbSize, DBInUseBytes: st.DbSizeInUse,
+			QuotaBytes: st.DbSizeQuota, Revision: st.Header.Revision, Alarms: raised})
+	}
+	if in.o.output == "json" {
+		return in.json(members)
+	}
+	tw := tabwriter.NewWriter(in.out, 2, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "ENDPOINT\tDB_BYTES\tIN_USE_BYTES\tQUOTA_BYTES\tUSED_OF_QUOTA\tREVISION\tALARMS")
+	for _, m := range members {
+		used := "-"
+		if m.QuotaBytes > 0 {
+			used = fmt.Sprintf("%.1f%%", 100*float64(m.DBBytes)/float64(m.QuotaBytes))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%d\t%s\n", m.Endpoint, m.DBBytes, m.DBInUseBytes, m.QuotaBytes, used,
+			m.Revision, orDash(strings.Join(m.Alarms, ", ")))
+	}
+	return tw.Flush()
 }

@@ -116,6 +116,10 @@ func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
 	}
 	defer admin.Close()
 	registry := prometheus.NewRegistry()
+	if err := meta.registerMetrics(registry); err != nil {
+		ln.Close()
+		return err
+	}
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	hostOpts := engine.Options{
 		DataDir: o.dataDir, Table: o.table, Etcd: meta.client, Logger: log, RequestTimeout: meta.requestTimeout,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -95,6 +96,9 @@ func TestRetryAtAnyPointStoresOnce(t *testing.T) {
 	}
 
 	p := startServe(t, args...)
+	if code, body := httpDo(t, http.MethodGet, p.url("/metrics"), "", ""); code != http.StatusOK || !strings.Contains(string(body), "writer_etcd_db_bytes") {
+		t.Fatalf("/metrics: %d, without the embedded etcd's writer_etcd_db_bytes", code)
+	}
 	b := newBatch("memtable")
 	b.mustStore(t, p, shard, 5, "first attempt")
 	b.mustStore(t, p, shard, 0, "retry while in the memtable")

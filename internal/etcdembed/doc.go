@@ -47,6 +47,24 @@
 // CloseTimeout. Clients created by the caller should be closed before Close
 // for the same reason.
 //
+// # Maintenance
+//
+// Every manifest commit is a revision, and etcd keeps revisions until they
+// are compacted; its file shrinks only when defragmented, and at the quota
+// (Options.QuotaBytes, 2 GiB) every write fails with "database space
+// exceeded". A goroutine started by Start calls Maintain every
+// Options.MaintenanceInterval (10 s): it compacts to head −
+// Options.CompactionRetention (1,000 revisions, physically), defragments
+// when the database is at least Options.DefragFloorBytes (64 MiB) and under
+// half of it is in use, and after a NOSPACE alarm compacts, defragments and
+// disarms it once the database is under 90% of the quota. Revision rather
+// than time retention, because the history kept is then bounded by 1,000
+// values at any commit rate. etcd's own revision compactor (same retention,
+// fixed 5-minute period) stays on as a backstop. Stats returns what the
+// last pass saw; the writer_etcd_* metrics (Options.Registerer or
+// RegisterMetrics) follow it. Close stops the loop, canceling a pass in
+// flight, before it closes the client.
+//
 // # Logs
 //
 // etcd logs through zap. With a nil Options.Logger nothing is logged. With a

@@ -7,10 +7,12 @@ import (
 	"log/slog"
 	"net/url"
 	"regexp"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -21,6 +23,20 @@ const (
 	DefaultName         = "rollwal"
 	DefaultStartTimeout = 30 * time.Second
 	DefaultCloseTimeout = 10 * time.Second
+	// DefaultQuotaBytes is etcd's own default backend quota: past it etcd
+	// raises the NOSPACE alarm and refuses every write.
+	DefaultQuotaBytes = 2 << 30
+	// DefaultCompactionRetention is how many revisions compaction keeps.
+	DefaultCompactionRetention = 1000
+	// DefaultMaintenanceInterval is how often the maintenance loop reads
+	// the database's size and compacts, defragments or disarms.
+	DefaultMaintenanceInterval = 10 * time.Second
+	// DefaultDefragFloorBytes is the database size below which the loop
+	// never defragments: under it free space costs nothing that matters
+	// against the quota.
+	DefaultDefragFloorBytes = 64 << 20
+	// maxQuotaBytes is etcd's suggested maximum backend size.
+	maxQuotaBytes = 8 << 30
 	// probeTimeout bounds the client's first read after the server is ready.
 	probeTimeout = 5 * time.Second
 )
@@ -45,6 +61,28 @@ type Options struct {
 	StartTimeout time.Duration
 	// CloseTimeout bounds Close; default DefaultCloseTimeout.
 	CloseTimeout time.Duration
+
+	// QuotaBytes is the backend quota (etcd's --quota-backend-bytes);
+	// default DefaultQuotaBytes, at most 8 GiB.
+	QuotaBytes int64
+	// CompactionRetention is how many revisions compaction keeps behind the
+	// head (revision retention); default DefaultCompactionRetention. A
+	// negative value disables compaction altogether: tests only.
+	CompactionRetention int64
+	// MaintenanceInterval is the period of the maintenance loop (compact,
+	// defragment, disarm a NOSPACE alarm, refresh the metrics); default
+	// DefaultMaintenanceInterval.
+	MaintenanceInterval time.Duration
+	// DefragFloorBytes: the loop defragments only a database at least this
+	// large whose in-use part is under half of it; default
+	// DefaultDefragFloorBytes.
+	DefragFloorBytes int64
+	// Registerer receives the writer_etcd_* metrics; nil registers none
+	// (RegisterMetrics can register them later).
+	Registerer prometheus.Registerer
+	// UnsafeNoFsync turns off etcd's fsyncs: tests only (a crash loses
+	// acknowledged metadata writes).
+	UnsafeNoFsync bool
 }
 
 var memberName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
@@ -60,6 +98,18 @@ func (o *Options) EnsureDefaults() {
 	if o.CloseTimeout <= 0 {
 		o.CloseTimeout = DefaultCloseTimeout
 	}
+	if o.QuotaBytes == 0 {
+		o.QuotaBytes = DefaultQuotaBytes
+	}
+	if o.CompactionRetention == 0 {
+		o.CompactionRetention = DefaultCompactionRetention
+	}
+	if o.MaintenanceInterval <= 0 {
+		o.MaintenanceInterval = DefaultMaintenanceInterval
+	}
+	if o.DefragFloorBytes <= 0 {
+		o.DefragFloorBytes = DefaultDefragFloorBytes
+	}
 }
 
 // Validate reports the first unusable option.
@@ -69,6 +119,9 @@ func (o *Options) Validate() error {
 	}
 	if !memberName.MatchString(o.Name) {
 		return fmt.Errorf("etcdembed: Options.Name %q: want 1-128 characters of [A-Za-z0-9._-]", o.Name)
+	}
+	if o.QuotaBytes < 0 || o.QuotaBytes > maxQuotaBytes {
+		return fmt.Errorf("etcdembed: Options.QuotaBytes %d: want 1 to %d bytes (8 GiB)", o.QuotaBytes, int64(maxQuotaBytes))
 	}
 	if o.ClientURL != "" {
 		u, err := url.Parse(o.ClientURL)
@@ -90,6 +143,9 @@ type Server struct {
 	endpoints []string
 	mute      atomic.Bool // set when Close begins: silences shutdown noise
 
+	maint   maintenance
+	metrics *metrics
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -102,7 +158,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts}
+	s := &Server{opts: opts, metrics: newMetrics()}
 	cfg, err := s.config()
 	if err != nil {
 		return nil, err
@@ -116,6 +172,12 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err := s.open(ctx); err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
+	if opts.Registerer != nil {
+		if err := s.RegisterMetrics(opts.Registerer); err != nil {
+			return nil, errors.Join(err, s.Close())
+		}
+	}
+	s.startMaintenance()
 	if opts.Logger != nil {
 		opts.Logger.Debug("embedded etcd ready", "dir", opts.Dir,
 			"endpoints", s.endpoints, "took", time.Since(start))
@@ -124,14 +186,23 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 }
 
 // config builds the embed configuration: one member on loopback, fast ticks,
-// periodic compaction, and our logger.
+// revision compaction, the quota, and our logger.
 func (s *Server) config() (*embed.Config, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = s.opts.Name
 	cfg.Dir = s.opts.Dir
 	cfg.TickMs, cfg.ElectionMs = 10, 100
-	cfg.AutoCompactionMode = embed.CompactorModePeriodic
-	cfg.AutoCompactionRetention = "1h"
+	// etcd's own revision compactor runs every 5 minutes (fixed in etcd);
+	// the maintenance loop compacts to the same retention every
+	// MaintenanceInterval, which is what bounds the history at high commit
+	// rates. etcd's stays as the backstop.
+	cfg.AutoCompactionMode = embed.CompactorModeRevision
+	cfg.AutoCompactionRetention = "0" // off
+	if r := s.opts.CompactionRetention; r > 0 {
+		cfg.AutoCompactionRetention = strconv.FormatInt(r, 10)
+	}
+	cfg.QuotaBackendBytes = s.opts.QuotaBytes
+	cfg.UnsafeNoFsync = s.opts.UnsafeNoFsync
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(newZap(s.opts.Logger, &s.mute))
 	clientURL := "http://127.0.0.1:0"
 	if s.opts.ClientURL != "" {
@@ -231,6 +302,7 @@ func (s *Server) Close() error {
 
 func (s *Server) close() error {
 	s.mute.Store(true)
+	s.stopMaintenance() // it uses the client
 	var errs []error
 	if s.cli != nil {
 		// Close reports the cancellation of its own context; that is success.
