@@ -55,8 +55,8 @@
 // exceeded". A goroutine started by Start calls Maintain every
 // Options.MaintenanceInterval (10 s): it compacts to head −
 // Options.CompactionRetention (1,000 revisions, physically), defragments
-// when the database is at least Options.DefragFloorBytes (64 MiB) and under
-// half of it is in use, and after a NOSPACE alarm compacts, defragments and
+// when the database is at least Options.DefragFloorBytes (64 MiB) and a
+// quarter or more of it is free, and after a NOSPACE alarm compacts, defragments and
 // disarms it once the database is under 90% of the quota. Revision rather
 // than time retention, because the history kept is then bounded by 1,000
 // values at any commit rate. etcd's own revision compactor (same retention,

@@ -74,7 +74,7 @@ type Options struct {
 	// DefaultMaintenanceInterval.
 	MaintenanceInterval time.Duration
 	// DefragFloorBytes: the loop defragments only a database at least this
-	// large whose in-use part is under half of it; default
+	// large of which a quarter or more is free; default
 	// DefaultDefragFloorBytes.
 	DefragFloorBytes int64
 	// Registerer receives the writer_etcd_* metrics; nil registers none

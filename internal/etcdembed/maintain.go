@@ -77,8 +77,9 @@ func (s *Server) maintainEvery(ctx context.Context, every time.Duration) {
 //
 //  1. compact to head − CompactionRetention, waiting for the physical
 //     compaction (skipped when retention is negative or nothing is new);
-//  2. defragment when the database is at least DefragFloorBytes and less
-//     than half of it is in use, or whenever a NOSPACE alarm is raised
+//  2. defragment when the database is at least DefragFloorBytes and a
+//     quarter or more of it is free (bbolt counts pages a compaction left
+//     half full as in use, so "half free" is rarely reached), or whenever a NOSPACE alarm is raised
 //     (only a defragment shrinks the file that the quota measures);
 //  3. disarm a NOSPACE alarm once the database is back under 90% of the
 //     quota, so writes resume without an operator.
@@ -115,11 +116,11 @@ func (s *Server) maintain(ctx context.Context, st *Stats) error {
 	}
 	st.NoSpaceAlarm = alarm != nil
 	if compacted || alarm != nil {
-		if err := s.status(ctx, st); err != nil {
+		if err := s.settledStatus(ctx, st); err != nil {
 			return err
 		}
 	}
-	if alarm != nil || st.DBBytes >= s.opts.DefragFloorBytes && st.DBInUseBytes < st.DBBytes/2 {
+	if alarm != nil || st.DBBytes >= s.opts.DefragFloorBytes && st.DBInUseBytes <= st.DBBytes/4*3 {
 		if err := s.defragment(ctx, st); err != nil {
 			return err
 		}
@@ -135,6 +136,30 @@ func (s *Server) maintain(ctx context.Context, st *Stats) error {
 		}
 	}
 	return nil
+}
+
+// settledStatus reads the status once the backend has committed what a
+// compaction freed: the in-use size moves only with the backend's batch
+// commits (every 100 ms by default), and a large compaction frees pages
+// over several of them. It reads until two reads a commit interval apart
+// agree, for up to two seconds.
+func (s *Server) settledStatus(ctx context.Context, st *Stats) error {
+	deadline := time.Now().Add(2 * time.Second)
+	prev := int64(-1)
+	for {
+		if err := s.status(ctx, st); err != nil {
+			return err
+		}
+		if st.DBInUseBytes == prev || time.Now().After(deadline) {
+			return nil
+		}
+		prev = st.DBInUseBytes
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(150 * time.Millisecond):
+		}
+	}
 }
 
 func (s *Server) status(ctx context.Context, st *Stats) error {
