@@ -116,7 +116,7 @@ func (s *Server) maintain(ctx context.Context, st *Stats) error {
 	}
 	st.NoSpaceAlarm = alarm != nil
 	if compacted || alarm != nil {
-		if err := s.settledStatus(ctx, st); err != nil {
+		if err := s.status(ctx, st); err != nil {
 			return err
 		}
 	}
@@ -136,30 +136,6 @@ func (s *Server) maintain(ctx context.Context, st *Stats) error {
 		}
 	}
 	return nil
-}
-
-// settledStatus reads the status once the backend has committed what a
-// compaction freed: the in-use size moves only with the backend's batch
-// commits (every 100 ms by default), and a large compaction frees pages
-// over several of them. It reads until two reads a commit interval apart
-// agree, for up to two seconds.
-func (s *Server) settledStatus(ctx context.Context, st *Stats) error {
-	deadline := time.Now().Add(2 * time.Second)
-	prev := int64(-1)
-	for {
-		if err := s.status(ctx, st); err != nil {
-			return err
-		}
-		if st.DBInUseBytes == prev || time.Now().After(deadline) {
-			return nil
-		}
-		prev = st.DBInUseBytes
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(150 * time.Millisecond):
-		}
-	}
 }
 
 func (s *Server) status(ctx context.Context, st *Stats) error {
