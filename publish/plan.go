@@ -167,7 +167,7 @@ func (c *Coordinator) planShard(name string, m *shardmeta.Manifest, ms shardmeta
 		c.metrics.transitions.WithLabelValues("conservative").Inc()
 		c.log.Info("first observed epoch: conservative cutoff", "shard", name, "epoch", e, "cutoff", k, "legacy", had && ms.Cutoff != nil)
 	case *ms.ObservedEpoch < e:
-		if provenanceComplete(m, *ms.ObservedEpoch, e) {
+		if !c.opts.DisableReplayRanges && provenanceComplete(m, *ms.ObservedEpoch, e) {
 			c.metrics.transitions.WithLabelValues("precise").Inc()
 			c.log.Info("epoch change with provenance: replay ranges only", "shard", name, "from", *ms.ObservedEpoch, "to", e, "cutoff", k)
 		} else {
@@ -187,7 +187,7 @@ func (c *Coordinator) planShard(name string, m *shardmeta.Manifest, ms shardmeta
 		switch {
 		case g.Number <= k:
 			pg.IDCheck, pg.Reason = true, fmt.Sprintf("generation %d <= cutoff %d", g.Number, k)
-		default:
+		case !c.opts.DisableReplayRanges:
 			pg.IDCheck, pg.Reason = inReplayRange(m, g)
 		}
 		sp.Generations = append(sp.Generations, pg)

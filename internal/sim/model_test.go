@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/schema"
@@ -68,8 +69,13 @@ func (a attempt) String() string {
 type idRecord struct {
 	shard    string
 	attempts []attempt
-	// committedBeforeRetry: a retry stored the id again while an earlier
-	// attempt of it was already in a committed generation or the base.
+	// session: the id was sent in a producer session's batch, whose every
+	// retry must be deduplicated, at any time.
+	session bool
+	// committedBeforeRetry: a retry without a session may have stored the
+	// id again (it stored rows anew, or its outcome was unknown) while an
+	// earlier attempt of it was already in a committed generation or the
+	// base.
 	// docs/guarantees.md does not promise to deduplicate that retry ("only
 	// while the first attempt is still in a memtable"), so the id may be in
 	// the base twice; the simulation counts these instead of failing.
@@ -96,6 +102,8 @@ type batch struct {
 	// prompt marks a retry sent right after the failover that made the
 	// outcome unknown, as docs/guarantees.md advises.
 	prompt bool
+	// sess is the producer session batch this is (nil: no session).
+	sess *sbatch
 }
 
 func (b *batch) ids() []string {
@@ -130,6 +138,28 @@ type model struct {
 	// cursors are the replay cursors observed per shard: record
 	// boundaries, where the lagging-cursor fault may put a cursor back.
 	cursors map[string][]uint64
+	// claimedAt is when each claim of a shard returned, in order.
+	claimedAt map[string][]claimTime
+	// bgActive counts, per source, the producers appending from their own
+	// goroutines: their offsets reach a WAL before the model hears of it,
+	// so a snapshot's bound is checked when they stop.
+	bgActive map[string]int
+}
+
+// claimTime is when a claim of an epoch returned.
+type claimTime struct {
+	epoch uint64
+	at    time.Time
+}
+
+// supersededAt returns when a claim above epoch first returned.
+func (m *model) supersededAt(shard string, epoch uint64) (time.Time, bool) {
+	for _, c := range m.claimedAt[shard] {
+		if c.epoch > epoch {
+			return c.at, true
+		}
+	}
+	return time.Time{}, false
 }
 
 func newModel() *model {
@@ -138,6 +168,7 @@ func newModel() *model {
 		sent: map[string]int64{}, reached: map[string]int64{},
 		manifests: map[string]*shardmeta.Manifest{}, snaps: map[snapshot.Key]int64{},
 		lagFaults: map[string]bool{}, cursors: map[string][]uint64{},
+		claimedAt: map[string][]claimTime{}, bgActive: map[string]int{},
 	}
 }
 
@@ -145,7 +176,7 @@ func (m *model) record(b *batch, a attempt) {
 	for _, id := range b.ids() {
 		r := m.ids[id]
 		if r == nil {
-			r = &idRecord{shard: b.shard}
+			r = &idRecord{shard: b.shard, session: b.sess != nil}
 			m.ids[id] = r
 		}
 		r.attempts = append(r.attempts, a)
@@ -274,7 +305,7 @@ func (m *model) observeSnapshot(key snapshot.Key, off int64) []string {
 	if prev, ok := m.snaps[key]; ok && off < prev {
 		v = append(v, fmt.Sprintf("snapshot %s went back from offset %d to %d", key, prev, off))
 	}
-	if reached, ok := m.reached[key.Source]; !ok || off > reached {
+	if reached, ok := m.reached[key.Source]; m.bgActive[key.Source] == 0 && (!ok || off > reached) {
 		v = append(v, fmt.Sprintf("snapshot %s holds offset %d, above every offset that reached a WAL (%d; sent %d)",
 			key, off, reached, m.sent[key.Source]))
 	}
@@ -294,8 +325,10 @@ func (c copyOf) String() string {
 	return fmt.Sprintf("%s (shard %s, generation %d, _seq %d, _epoch %d)", c.file, c.shard, c.generation, c.seq, c.epoch)
 }
 
-// checkBase is the final verdict: every acknowledged id exactly once,
-// ids of unknown outcome at most once, refused and never-sent ids never.
+// checkBase is the final verdict: every acknowledged id exactly once (of a
+// session, whatever its retries; without one, twice at most after a late
+// retry), ids of unknown outcome at most once, refused and never-sent ids
+// never.
 func (m *model) checkBase(base map[string][]copyOf) []string {
 	var v []string
 	describe := func(id string) string {
@@ -313,6 +346,8 @@ func (m *model) checkBase(base map[string][]copyOf) []string {
 	for _, id := range slices.Sorted(maps.Keys(m.ids)) {
 		r, n := m.ids[id], len(base[id])
 		switch st := r.status(); {
+		case r.session && st == acked && n != 1:
+			v = append(v, fmt.Sprintf("acknowledged id %s of a producer session is in the base %d times%s", id, n, describe(id)))
 		case r.committedBeforeRetry && n >= 1 && n <= 2:
 			if n == 2 {
 				m.retryDuplicates++

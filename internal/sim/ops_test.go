@@ -35,11 +35,17 @@ const (
 	opPartition
 	opZombie
 	opLagCursor
+	opRace
+	opStream
+	opEtcdLost
+	opRetryAcked
+	opStall
 	numOps
 )
 
 var opNames = [numOps]string{"append", "retry", "flush", "drain", "merge", "handoff", "epoch-bump",
-	"restart-host", "crash", "revoke", "partition", "zombie", "lag-cursor"}
+	"restart-host", "crash", "revoke", "partition", "zombie", "lag-cursor",
+	"race", "stream", "etcd-lost", "retry-acked", "stall"}
 
 func (k opKind) String() string { return opNames[k] }
 
@@ -48,6 +54,7 @@ func (k opKind) String() string { return opNames[k] }
 var opWeights = [numOps]int{
 	opAppend: 34, opRetry: 5, opFlush: 12, opDrain: 3, opMerge: 12, opHandoff: 4, opEpochBump: 3,
 	opRestartHost: 3, opCrash: 5, opRevoke: 2, opPartition: 1, opZombie: 6, opLagCursor: 2,
+	opRace: 4, opStream: 3, opEtcdLost: 3, opRetryAcked: 4, opStall: 2,
 }
 
 // draw is everything one step takes from the seed's generator, drawn whole
@@ -61,16 +68,16 @@ type draw struct {
 
 func (w *world) drawStep() draw {
 	total := 0
-	for _, wt := range opWeights {
+	for _, wt := range w.weights {
 		total += wt
 	}
 	n := w.rng.IntN(total)
 	var op opKind
 	for op = 0; op < numOps; op++ {
-		if n < opWeights[op] {
+		if n < w.weights[op] {
 			break
 		}
-		n -= opWeights[op]
+		n -= w.weights[op]
 	}
 	const r = 1 << 30
 	return draw{op: op, a: w.rng.IntN(r), b: w.rng.IntN(r), c: w.rng.IntN(r), d: w.rng.IntN(r)}
@@ -82,6 +89,10 @@ func (w *world) runStep(d draw) {
 	switch d.op {
 	case opAppend:
 		if o := w.ensureOwner(shard, d.b); o != nil {
+			if p := w.pickProducer(shard, d.b>>4, nil); p != nil && float64((d.a>>8)%10) < 10*w.cfg.sessions {
+				w.appendSession(o, p, d)
+				break
+			}
 			b := w.newBatch(shard, 1+d.c%16, d.d, d.b)
 			if w.send(o.s, b, o.host, false, false) == acked && d.d%8 == 0 {
 				// The response is lost on its way (a timeout, a dropped
@@ -92,7 +103,9 @@ func (w *world) runStep(d draw) {
 			}
 		}
 	case opRetry:
-		w.retry(d)
+		if (d.c>>4)%2 == 1 || !w.retrySession(d) {
+			w.retry(d)
+		}
 	case opFlush:
 		if o := w.ensureOwner(shard, d.b); o != nil {
 			w.flush(shard, o)
@@ -115,12 +128,7 @@ func (w *world) runStep(d draw) {
 		w.restartHost(d.b % len(w.hosts))
 	case opCrash:
 		if !w.armed {
-			// Measured in mutating filesystem ops: an append costs about
-			// two, a flush ten, a merge pass a few dozen.
-			at := w.inj.Ops() + 1 + int64(d.b%80)
-			w.inj.CrashAt(at)
-			w.armed = true
-			w.tracef("crash armed at filesystem op %d (now %d)", at, w.inj.Ops())
+			w.armCrash(shard, d)
 		}
 	case opRevoke:
 		w.revoke(d)
@@ -130,12 +138,33 @@ func (w *world) runStep(d draw) {
 		w.zombieCall(d)
 	case opLagCursor:
 		w.lagCursor(shard, d)
+	case opRace:
+		w.race(d)
+	case opStream:
+		if w.startBackground(shard, 1+d.b%2, w.step+1+d.c%6) != nil {
+			w.st.streams++
+		}
+	case opEtcdLost:
+		w.etcdLost(d)
+	case opRetryAcked:
+		w.retryAcked(d)
+	case opStall:
+		h := w.hosts[d.b%len(w.hosts)]
+		n, pause := int64(1+d.c%40), time.Duration(20+d.d%200)*time.Millisecond
+		h.fs.stall(n, pause)
+		w.st.stalls++
+		w.tracef("%s will stall %v at its filesystem call %d from now", h, pause, n)
 	}
 }
 
 // newBatch makes n rows with fresh ids; the payload size varies so that
 // the WAL rolls segments and small memtables fill.
 func (w *world) newBatch(shard string, n, size, source int) *batch {
+	return w.newBatchFrom(shard, n, size, w.sources(shard)[source%2])
+}
+
+// newBatchFrom is newBatch with the next offset of the source src.
+func (w *world) newBatchFrom(shard string, n, size int, src string) *batch {
 	rows := make([]schema.Row, n)
 	for i := range rows {
 		w.nextID++
@@ -149,7 +178,6 @@ func (w *world) newBatch(shard string, n, size, source int) *batch {
 			rows[i]["metadata"] = map[string]any{"n": w.nextID}
 		}
 	}
-	src := w.sources(shard)[source%2]
 	w.offsets[src]++
 	return &batch{shard: shard, rows: rows, src: engine.Source{Name: src, Offset: w.offsets[src]}}
 }
@@ -162,6 +190,10 @@ func (w *world) appendFresh(s *engine.Shard, shard string, h *host, isZombie boo
 // send appends b and records the outcome of every id in it.
 func (w *world) send(s *engine.Shard, b *batch, h *host, isZombie, retry bool) outcome {
 	w.st.appends++
+	var committed map[string]bool // of an earlier attempt, before this retry
+	if retry {
+		committed = w.committedIDs(b.shard, b.ids())
+	}
 	ctx, cancel := w.opCtx()
 	res, err := s.Append(ctx, b.rows, b.src)
 	cancel()
@@ -182,9 +214,12 @@ func (w *world) send(s *engine.Shard, b *batch, h *host, isZombie, retry bool) o
 			w.violatef("shard %s: append of %d rows acknowledged %d stored + %d duplicates", b.shard, len(ids), res.Stored, res.Duplicates)
 		}
 		if retry && res.Stored > 0 {
-			w.retryStoredAgain(b)
+			w.retryMayDuplicate(b, committed)
 		}
 	case unknown:
+		if retry {
+			w.retryMayDuplicate(b, committed)
+		}
 		w.st.unknowns++
 		if errors.Is(err, engine.ErrUnknownOutcome) {
 			w.st.durableUnknowns++
@@ -242,13 +277,14 @@ func (w *world) writerErr(shard, what string, err error) {
 	}
 }
 
-// retryStoredAgain runs after a retry stored rows anew, which means the
-// writer held none of those ids in its memtables. If an earlier attempt is
-// nevertheless committed (in a flushed generation or the base), the retry
-// came after the window in which retries are deduplicated: the id may end
-// up twice, which docs/guarantees.md does not promise against.
-func (w *world) retryStoredAgain(b *batch) {
-	found := w.committedIDs(b.shard, b.ids())
+// retryMayDuplicate runs after a retry without a session stored rows anew
+// (the writer held none of those ids in its memtables) or ended with an
+// unknown outcome (it may have stored them). If an earlier attempt was
+// already committed (in a flushed generation or the base) when the retry
+// was sent, the retry came after the window in which retries are
+// deduplicated: the id may end up twice, which docs/guarantees.md does not
+// promise against for rows without a session.
+func (w *world) retryMayDuplicate(b *batch, found map[string]bool) {
 	for _, id := range b.ids() {
 		if found[id] {
 			w.m.ids[id].committedBeforeRetry = true
@@ -256,7 +292,7 @@ func (w *world) retryStoredAgain(b *batch) {
 		}
 	}
 	if len(found) > 0 {
-		w.tracef("%s: the retry (prompt: %v) stored %d ids again whose first attempt was already committed (not deduplicated, as documented)",
+		w.tracef("%s: the retry (prompt: %v) may have stored %d ids again whose first attempt was already committed (not deduplicated without a session, as documented)",
 			b.shard, b.prompt, len(found))
 		if b.prompt {
 			w.st.promptRetriedCommitted += len(found)
@@ -362,7 +398,8 @@ func (w *world) handoff(shard string, pick int, keepZombie bool) {
 		cancel()
 		w.tracef("%s: close by %s epoch %d: %v", shard, o.host, o.s.Epoch(), err)
 		w.writerErr(shard, "close", err)
-		delete(w.owner, shard)
+		w.setOwner(shard, nil)
+		w.checkReleased(shard, o.host, "close")
 		if keepZombie {
 			w.zombies = append(w.zombies, &zombie{shard: shard, s: o.s, host: o.host, epoch: o.s.Epoch(), why: "closed"})
 		}
@@ -405,7 +442,7 @@ func (w *world) restartHost(slot int) {
 	old := w.hosts[slot]
 	for shard, o := range w.owner {
 		if o.host == old {
-			delete(w.owner, shard)
+			w.setOwner(shard, nil)
 		}
 	}
 	w.closeHosts([]*host{old})
@@ -448,7 +485,7 @@ func (w *world) revoke(d draw) {
 	var zs []*zombie
 	for _, shard := range shards {
 		o := w.owner[shard]
-		delete(w.owner, shard)
+		w.setOwner(shard, nil)
 		z := &zombie{shard: shard, s: o.s, host: h, epoch: o.s.Epoch(), why: "lease revoked"}
 		zs = append(zs, z)
 		w.zombies = append(w.zombies, z)
@@ -512,7 +549,7 @@ func (w *world) partition(d draw) {
 	var zs []*zombie
 	for _, shard := range shards {
 		o := w.owner[shard]
-		delete(w.owner, shard)
+		w.setOwner(shard, nil)
 		z := &zombie{shard: shard, s: o.s, host: h, epoch: o.s.Epoch(), why: "partitioned"}
 		zs = append(zs, z)
 		w.zombies = append(w.zombies, z)
@@ -562,7 +599,12 @@ func (w *world) callZombie(z *zombie, d draw) {
 	w.st.zombieCalls++
 	switch d.c % 3 {
 	case 0, 1:
-		out := w.send(z.s, w.newBatch(z.shard, 1+d.d%8, d.d, d.b), z.host, true, false)
+		var out outcome
+		if p := w.pickProducer(z.shard, d.b, nil); p != nil && (d.d>>4)%2 == 0 {
+			out = w.sendSession(z.s, w.nextSessionBatch(p, d), z.host, true)
+		} else {
+			out = w.send(z.s, w.newBatch(z.shard, 1+d.d%8, d.d, d.b), z.host, true, false)
+		}
 		if out == acked && z.succeeded {
 			w.violatef("shard %s: zombie %s of epoch %d acknowledged an append after a successor claimed the shard (%s)",
 				z.shard, z.host, z.epoch, z.why)
@@ -689,9 +731,10 @@ func (w *world) handoffClose(shard string) {
 	ctx, cancel := w.opCtx()
 	err := o.s.Close(ctx)
 	cancel()
-	delete(w.owner, shard)
+	w.setOwner(shard, nil)
 	w.tracef("%s: close by %s epoch %d: %v", shard, o.host, o.s.Epoch(), err)
 	w.writerErr(shard, "close", err)
+	w.checkReleased(shard, o.host, "close")
 }
 
 // coordinator returns the coordinator of slot, taking the lock over from
@@ -712,7 +755,7 @@ func (w *world) coordinator(slot int) *coord {
 	pc, err := publish.New(ctx, publish.Options{
 		Etcd: w.cli, Prefix: prefix, Table: w.table, DataDir: dataDir, FS: w.fs,
 		LeaseTTL: 5 * time.Second, RequestTimeout: 10 * time.Second, MemoryBudget: w.cfg.coordBudget,
-		Logger: w.log.With("coordinator", slot),
+		DisableReplayRanges: w.cfg.pureCutoff, Logger: w.log.With("coordinator", slot),
 	})
 	if err != nil {
 		w.tracef("coordinator %d: new: %v", slot, err)
@@ -856,5 +899,37 @@ func (w *world) noteMerge(c *coord, what string, res publish.Result, err error) 
 		w.violatef("coordinator %d: %s: a file the plan names is gone: %v", c.slot, what, err)
 	default:
 		w.violatef("coordinator %d: %s failed without a fault to explain it: %v", c.slot, what, err)
+	}
+}
+
+// armCrash arms a crash at one of the next 80 mutating filesystem ops
+// (an append costs about two, a flush ten, a merge pass a few dozen), or,
+// one time in three, at the next sync of a WAL segment while producers
+// append to the shard: the records of the group commit it was to make
+// durable are written and unsynced, and what the clone keeps of them is a
+// torn tail, a hole, or all of them.
+func (w *world) armCrash(shard string, d draw) {
+	// How much of the unsynced data the storage keeps: none (the
+	// strictest), a random part (torn appends, holes, lost and kept
+	// renames), or all (only the processes died).
+	burst := (d.c>>3)%3 == 0 && w.ensureOwner(shard, d.d) != nil && !w.crashed() && w.startBackground(shard, 2, w.step) != nil
+	w.tear = []int{0, 0, 25, 50, 80, 100}[d.c%6]
+	if burst {
+		w.tear = []int{25, 50, 80, 100}[d.c%4]
+	}
+	if *flagTear >= 0 {
+		w.tear = min(*flagTear, 100)
+	}
+	at := w.inj.Ops() + 1 + int64(d.b%80)
+	if burst {
+		at = w.inj.Ops() + 400 // should no WAL sync come
+		w.crashAtWALSync.Store(true)
+	}
+	w.inj.CrashAt(at)
+	w.armed = true
+	w.tracef("crash armed at filesystem op %d (now %d%s), keeping %d%% of the unsynced changes",
+		at, w.inj.Ops(), map[bool]string{true: ", or at the next WAL sync while producers append", false: ""}[burst], w.tear)
+	for deadline := time.Now().Add(300 * time.Millisecond); burst && !w.crashed() && time.Now().Before(deadline); {
+		time.Sleep(2 * time.Millisecond)
 	}
 }

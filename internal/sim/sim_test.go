@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,16 +22,48 @@ import (
 
 var (
 	flagSeed      = flag.Uint64("sim.seed", 0, "replay exactly this seed (0: run -sim.seeds seeds)")
-	flagSeeds     = flag.Int("sim.seeds", 40, "number of seeds in the normal run")
+	flagSeeds     = flag.Int("sim.seeds", 32, "number of seeds in the normal run")
 	flagFirst     = flag.Uint64("sim.first", 1, "first seed of the normal run (0: a random one, printed)")
 	flagSteps     = flag.Int("sim.steps", 100, "steps per seed")
 	flagSoak      = flag.Duration("sim.soak", 0, "run new seeds until this much time has passed (also ROLLWAL_SIM_SOAK)")
 	flagTrace     = flag.Bool("sim.trace", false, "log every step as it happens")
 	flagEngineLog = flag.Bool("sim.enginelog", false, "send the engine's and coordinators' logs to stderr")
+	flagWeights   = flag.String("sim.weights", "", "override op weights, e.g. 'race=20,stream=0' (0 disables an op; changes every seed's op sequence)")
+	flagTear      = flag.Int("sim.tear", -1, "keep this percent of unsynced changes at every crash (-1: drawn per crash; 0: strict clones only)")
+	flagCutoff    = flag.Bool("sim.cutoffonly", false, "every seed's coordinators ignore the replay ranges (publish.Options.DisableReplayRanges)")
 )
 
+// weights are the op weights of this run: opWeights, or -sim.weights over
+// them.
+func weights(t testing.TB) [numOps]int {
+	ws := opWeights
+	if *flagWeights == "" {
+		return ws
+	}
+	for _, kv := range strings.Split(*flagWeights, ",") {
+		name, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		i := slices.Index(opNames[:], name)
+		n, err := strconv.Atoi(val)
+		if !ok || i < 0 || err != nil || n < 0 {
+			t.Fatalf("-sim.weights: %q is not op=weight with an op of %v", kv, opNames)
+		}
+		ws[i] = n
+	}
+	return ws
+}
+
 func replayCommand(seed uint64, steps int) string {
-	return fmt.Sprintf("go test ./internal/sim/ -run 'TestSimulation$' -count=1 -v -sim.seed %d -sim.steps %d", seed, steps)
+	cmd := fmt.Sprintf("go test ./internal/sim/ -run 'TestSimulation$' -count=1 -v -sim.seed %d -sim.steps %d", seed, steps)
+	if *flagWeights != "" {
+		cmd += fmt.Sprintf(" -sim.weights '%s'", *flagWeights)
+	}
+	if *flagTear >= 0 {
+		cmd += fmt.Sprintf(" -sim.tear %d", *flagTear)
+	}
+	if *flagCutoff {
+		cmd += " -sim.cutoffonly"
+	}
+	return cmd
 }
 
 // TestSimulation runs the seeded crash-and-failover simulation: see the
@@ -102,12 +136,15 @@ func runSeed(t *testing.T, srv *etcdembed.Server, seed uint64, steps int) bool {
 		defer w.close()
 		w.run()
 		st := w.st
-		t.Logf("seed %d: %d steps, %d appends (%d acked, %d unknown of which %d written, %d refused, %d retries, %d retried ids already committed (%d by prompt retries), %d of them twice in the base), %d flushes, %d crashes, "+
+		st.lostAnswers = int(w.lostAnswers.Load())
+		t.Logf("seed %d: %d steps, %d appends (%d acked, %d unknown of which %d written, %d refused, %d retries, %d retried ids already committed (%d by prompt retries), %d of them twice in the base), "+
+			"%d with a session (%d in the background, %d refused for their sequence, %d acknowledged ones sent again), %d flushes, %d crashes (%d torn: %d paths kept unsynced changes, %d of them WAL segments), "+
 			"%d merges (%d commits, %d dropped by the ID check), %d fences (%d revokes, %d partitions, %d epoch bumps), "+
-			"%d claims, %d zombie calls, %d lagged cursors; %s; %v",
-			seed, st.steps, st.appends, st.acks, st.unknowns, st.durableUnknowns, st.refusals, st.retries, st.retriedCommitted, st.promptRetriedCommitted, w.m.retryDuplicates, st.flushes, st.crashes,
+			"%d claims, %d races (%d racing claims), %d kills, %d stalls, %d lost etcd answers, %d streams, %d zombie calls, %d lagged cursors, %d claims failed on a lease expired under load; %s; %v",
+			seed, st.steps, st.appends, st.acks, st.unknowns, st.durableUnknowns, st.refusals, st.retries, st.retriedCommitted, st.promptRetriedCommitted, w.m.retryDuplicates,
+			st.sessionAppends, st.bgAppends, st.seqRefusals, st.lateSessionRetries, st.flushes, st.crashes, st.tornCrashes, st.tornFiles, st.tornWAL,
 			st.merges, st.mergeCommits, st.droppedInBase, st.fences, st.revokes, st.partitions, st.bumps,
-			st.claims, st.zombieCalls, st.lags, w.cfg, time.Since(start).Round(time.Millisecond))
+			st.claims, st.races, st.raceClaims, st.kills, st.stalls, st.lostAnswers, st.streams, st.zombieCalls, st.lags, st.expiredLeases, w.cfg, time.Since(start).Round(time.Millisecond))
 	})
 }
 
@@ -122,6 +159,7 @@ func (w *world) run() {
 		if took := time.Since(began); took > time.Second {
 			w.tracef("%s took %v", d.op, took.Round(time.Millisecond))
 		}
+		w.stopExpired()
 		if w.crashed() {
 			w.recover()
 		}
@@ -166,6 +204,7 @@ func (w *world) fail() {
 func (w *world) finish() {
 	w.step = w.steps + 1
 	w.tracef("FINISH")
+	w.stopBackground(nil)
 	if w.armed && !w.crashed() {
 		w.inj.CrashAt(1) // the next filesystem op: crash now
 	}
@@ -180,7 +219,7 @@ func (w *world) finish() {
 	}
 	w.closeHosts(w.hosts)
 	w.zombies = nil
-	clear(w.owner)
+	w.clearOwners()
 	for i := range w.hosts {
 		w.hosts[i] = w.newHost(i)
 	}
@@ -188,8 +227,15 @@ func (w *world) finish() {
 	ctx, cancel := context.WithTimeout(w.ctx, 2*opTimeout)
 	defer cancel()
 	for _, shard := range w.shards {
-		o := w.claim(shard, verifier)
+		if w.claim(shard, verifier) == nil {
+			return
+		}
+	}
+	w.resolveSessions()
+	for _, shard := range w.shards {
+		o := w.owner[shard]
 		if o == nil {
+			w.violatef("final flush of %s: no writer", shard)
 			return
 		}
 		if _, err := o.s.Flush(ctx); err != nil {

@@ -2,18 +2,25 @@ package sim
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/internal/etcdembed"
@@ -50,11 +57,16 @@ type config struct {
 	// coordBudget is the merge coordinators' MemoryBudget: a tiny one
 	// stages one generation per pass.
 	coordBudget int64
+	// sessions is the share of appends sent with a producer session.
+	sessions float64
+	// pureCutoff runs the coordinators with DisableReplayRanges: only the
+	// cutoff, extended at every epoch change, decides the ID check.
+	pureCutoff bool
 }
 
 func (c config) String() string {
-	return fmt.Sprintf("shards=%d hosts=%d coordinators=%d flush_bytes=%d exclusion_off=%.1f no_flush_on_close=%.1f coord_budget=%d",
-		c.shards, c.hosts, c.coords, c.flushBytes, c.exclusionOff, c.noFlushOnClose, c.coordBudget)
+	return fmt.Sprintf("shards=%d hosts=%d coordinators=%d flush_bytes=%d exclusion_off=%.1f no_flush_on_close=%.1f coord_budget=%d sessions=%.1f pure_cutoff=%v",
+		c.shards, c.hosts, c.coords, c.flushBytes, c.exclusionOff, c.noFlushOnClose, c.coordBudget, c.sessions, c.pureCutoff)
 }
 
 func drawConfig(rng *rand.Rand) config {
@@ -66,6 +78,8 @@ func drawConfig(rng *rand.Rand) config {
 		exclusionOff:   []float64{0, 0, 0.5, 1}[rng.IntN(4)],
 		noFlushOnClose: []float64{0, 0.5, 1}[rng.IntN(3)],
 		coordBudget:    []int64{1, 64 << 10, 64 << 20}[rng.IntN(3)],
+		sessions:       []float64{0.3, 0.7, 1}[rng.IntN(3)],
+		pureCutoff:     rng.IntN(4) == 0,
 	}
 }
 
@@ -78,6 +92,14 @@ type host struct {
 	cli       *clientv3.Client
 	exclOff   bool
 	noFlush   bool
+	// fs is the process's view of the storage (stalls, death); faults
+	// sits on its etcd client (lost answers).
+	fs     *procFS
+	faults *etcdFaults
+	// temp: an extra process of a claim race, in no slot.
+	temp bool
+	// closed: the process was closed (it may still be named somewhere).
+	closed bool
 }
 
 func (h *host) String() string {
@@ -126,6 +148,68 @@ type stats struct {
 	retriedCommitted int
 	// promptRetriedCommitted are those of them whose retry was prompt.
 	promptRetriedCommitted int
+	// sessionAppends were sent with a producer session, bgAppends of them
+	// from background goroutines; seqRefusals were refused with a
+	// sequence error; lateSessionRetries resent an acknowledged batch.
+	sessionAppends, bgAppends, seqRefusals, lateSessionRetries int
+	// races are claim races (raceClaims their claimants), kills writer
+	// processes killed, stalls processes stalled, lostAnswers etcd answers
+	// lost after they applied, streams background producer runs,
+	// tornCrashes crashes whose clone kept part of the unsynced data.
+	races, raceClaims, kills, stalls, lostAnswers, streams, tornCrashes int
+	// expiredLeases are claims that failed because their own lease expired
+	// while they waited (see claimFailed).
+	expiredLeases int
+	// tornFiles are paths whose crash clone kept unsynced changes (torn,
+	// holed, renamed, created or removed), tornWAL those of WAL segments.
+	tornFiles, tornWAL int
+}
+
+// differences counts the paths whose bytes (or presence) differ between
+// two filesystems, and of them the WAL segments.
+func differences(a, b *vfs.MemFS) (paths, wal int) {
+	ta, tb := readTree(a), readTree(b)
+	for p, x := range ta {
+		if y, ok := tb[p]; !ok || x != y {
+			paths++
+			if strings.HasSuffix(p, ".wal") {
+				wal++
+			}
+		}
+	}
+	for p := range tb {
+		if _, ok := ta[p]; !ok {
+			paths++
+			if strings.HasSuffix(p, ".wal") {
+				wal++
+			}
+		}
+	}
+	return paths, wal
+}
+
+// readTree reads every file of fs: path → contents.
+func readTree(fs *vfs.MemFS) map[string]string {
+	out := map[string]string{}
+	var walk func(dir string)
+	walk = func(dir string) {
+		names, _ := fs.List(dir)
+		for _, n := range names {
+			p := filepath.Join(dir, n)
+			if info, err := fs.Stat(p); err == nil && info.IsDir() {
+				out[p] = "<dir>"
+				walk(p)
+				continue
+			}
+			if f, err := fs.Open(p); err == nil {
+				data, _ := io.ReadAll(f)
+				f.Close()
+				out[p] = string(data)
+			}
+		}
+	}
+	walk("/")
+	return out
 }
 
 // world is one seed's simulation.
@@ -134,9 +218,11 @@ type world struct {
 	seed  uint64
 	steps int
 	rng   *rand.Rand // one draw sequence per step, whatever the state
-	aux   *rand.Rand // choices that depend on the state
-	cfg   config
-	ctx   context.Context
+	// weights are the op mix of this run (weights in sim_test.go).
+	weights [numOps]int
+	aux     *rand.Rand // choices that depend on the state
+	cfg     config
+	ctx     context.Context
 
 	srv   *etcdembed.Server
 	cli   *clientv3.Client // the observer's: checks, revokes, faults
@@ -165,6 +251,22 @@ type world struct {
 	trace    []string
 	failures []string
 	log      *slog.Logger
+
+	// views publish each shard's writer to producers on other goroutines.
+	views map[string]*shardView
+	// producers are each shard's producer sessions.
+	producers map[string][]*producer
+	// bgs are the producers appending from their own goroutines now.
+	bgs []*background
+	// tear is the UnsyncedDataPercent of the armed crash's clone.
+	tear int
+	// crashAtWALSync, set, crashes the storage at the next sync of a WAL
+	// segment, whoever makes it: its records are written and unsynced.
+	crashAtWALSync atomic.Bool
+	// closing are killed processes being closed in the background.
+	closing sync.WaitGroup
+	// lostAnswers counts the etcd answers the writers' faults lost.
+	lostAnswers atomic.Int32
 }
 
 func newWorld(t testing.TB, srv *etcdembed.Server, seed uint64, steps int) *world {
@@ -176,12 +278,14 @@ func newWorld(t testing.TB, srv *etcdembed.Server, seed uint64, steps int) *worl
 		table: etcdtest.Name(t, fmt.Sprintf("-%d", seed), 100),
 		mem:   vfs.NewStrictMem(), inj: &vfs.Injector{},
 		owner: map[string]*owned{}, offsets: map[string]int64{}, m: newModel(),
-		log: slog.New(slog.DiscardHandler),
+		views: map[string]*shardView{}, producers: map[string][]*producer{},
+		log: slog.New(slog.DiscardHandler), weights: weights(t),
 	}
 	if *flagEngineLog {
 		w.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 	w.cfg = drawConfig(rng)
+	w.cfg.pureCutoff = w.cfg.pureCutoff || *flagCutoff
 	w.fs = vfs.Inject(w.mem, w.inj)
 	w.cli = w.newClient()
 	w.keys = shardmeta.Keys{Prefix: prefix, Table: w.table}
@@ -192,7 +296,12 @@ func newWorld(t testing.TB, srv *etcdembed.Server, seed uint64, steps int) *worl
 	}
 	w.snaps = snaps
 	for i := range w.cfg.shards {
-		w.shards = append(w.shards, fmt.Sprintf("s%d", i))
+		shard := fmt.Sprintf("s%d", i)
+		w.shards = append(w.shards, shard)
+		w.views[shard] = &shardView{}
+		for j := range producersPerShard {
+			w.producers[shard] = append(w.producers[shard], &producer{id: fmt.Sprintf("sess-%s-%d", shard, j), shard: shard, src: fmt.Sprintf("sp%d-%s", j, shard)})
+		}
 	}
 	for i := range w.cfg.hosts {
 		w.hosts = append(w.hosts, w.newHost(i))
@@ -204,8 +313,8 @@ func newWorld(t testing.TB, srv *etcdembed.Server, seed uint64, steps int) *worl
 	return w
 }
 
-func (w *world) newClient() *clientv3.Client {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: w.srv.Endpoints(), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+func (w *world) newClient(opts ...grpc.DialOption) *clientv3.Client {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: w.srv.Endpoints(), DialTimeout: 10 * time.Second, Logger: zap.NewNop(), DialOptions: opts})
 	if err != nil {
 		w.fatalf("etcd client: %v", err)
 	}
@@ -213,13 +322,25 @@ func (w *world) newClient() *clientv3.Client {
 	return cli
 }
 
-// newHost starts a new incarnation of a writer process in slot.
+// newHost starts a new incarnation of a writer process in slot (-1: an
+// extra process of a claim race).
 func (w *world) newHost(slot int) *host {
 	w.incs++
-	h := &host{slot: slot, inc: w.incs, name: fmt.Sprintf("h%d.%d", slot, w.incs), cli: w.newClient(),
-		exclOff: w.aux.Float64() < w.cfg.exclusionOff, noFlush: w.aux.Float64() < w.cfg.noFlushOnClose}
+	faults := &etcdFaults{lost: &w.lostAnswers, fired: new(atomic.Int32)}
+	h := &host{slot: slot, inc: w.incs, name: fmt.Sprintf("h%d.%d", slot, w.incs), fs: newProcFS(w.fs), faults: faults,
+		cli:     w.newClient(grpc.WithChainUnaryInterceptor(faults.intercept)),
+		exclOff: w.aux.Float64() < w.cfg.exclusionOff, noFlush: w.aux.Float64() < w.cfg.noFlushOnClose, temp: slot < 0}
+	if h.temp {
+		h.name = fmt.Sprintf("x.%d", w.incs)
+	}
+	inj := w.inj
+	h.fs.beforeSync = func(name string) {
+		if strings.HasSuffix(name, ".wal") && w.crashAtWALSync.CompareAndSwap(true, false) {
+			inj.CrashAt(1) // the next op: this sync, or one racing it
+		}
+	}
 	eh, err := engine.NewHost(engine.Options{
-		DataDir: dataDir, FS: w.fs, Table: w.table, Prefix: prefix, Etcd: h.cli, WriterID: h.name,
+		DataDir: dataDir, FS: h.fs, Table: w.table, Prefix: prefix, Etcd: h.cli, WriterID: h.name,
 		LeaseTTL: hostLeaseTTL, RequestTimeout: 5 * time.Second,
 		WALSegmentSize: 64 << 10, FlushBytes: w.cfg.flushBytes, FlushAge: -1, MemoryBudget: 64 << 20,
 		NoFlushOnClose: h.noFlush, DisableSourceExclusion: h.exclOff, Snapshots: w.snaps,
@@ -295,7 +416,7 @@ func (w *world) demote(shard, why string) {
 	if o == nil {
 		return
 	}
-	delete(w.owner, shard)
+	w.setOwner(shard, nil)
 	z := &zombie{shard: shard, s: o.s, host: o.host, epoch: o.s.Epoch(), why: why}
 	w.zombies = append(w.zombies, z)
 	w.st.fences++
@@ -304,6 +425,7 @@ func (w *world) demote(shard, why string) {
 		err := o.s.Close(ctx)
 		cancel()
 		w.tracef("%s: close stopped writer %s epoch %d to free its owner key: %v", shard, o.host, z.epoch, err)
+		w.checkReleased(shard, o.host, "close")
 	}
 }
 
@@ -326,12 +448,40 @@ func (w *world) claim(shard string, h *host) *owned {
 	start := time.Now()
 	s, err := h.h.Reclaim(ctx, shard)
 	if err != nil {
-		w.tracef("%s: claim on %s failed after %v: %v", shard, h, time.Since(start).Round(time.Millisecond), err)
-		if !w.crashed() && !errors.Is(err, vfs.ErrInjected) {
-			w.violatef("shard %s: claim on %s failed without a crash: %v", shard, h, err)
-		}
+		w.claimFailed(shard, h, start, err)
 		return nil
 	}
+	w.noteClaim(shard, h, s, start)
+	o := &owned{host: h, s: s}
+	w.setOwner(shard, o)
+	return o
+}
+
+// claimFailed judges a failed claim: only a crash, an injected filesystem
+// error, or, on a process whose etcd answers the simulation lost, an
+// injected etcd error in its chain explains one (never a hang). One more:
+// a claim that waited at least a lease TTL (for another writer's key to go)
+// may find its own lease expired when keepalives were starved — on two
+// busy cores, the soak niced below other work — and fails with "requested
+// lease not found"; the next claim takes a new lease. It is counted.
+func (w *world) claimFailed(shard string, h *host, start time.Time, err error) {
+	took := time.Since(start)
+	w.tracef("%s: claim on %s failed after %v: %v", shard, h, took.Round(time.Millisecond), err)
+	switch {
+	case w.crashed(), errors.Is(err, vfs.ErrInjected):
+	case h.faults.fired.Load() > 0 && injectedEtcdError(err):
+	case errors.Is(err, rpctypes.ErrLeaseNotFound) && took >= hostLeaseTTL:
+		w.st.expiredLeases++
+		w.tracef("%s: the lease of %s expired while its claim waited %v (keepalives starved)", shard, h, took.Round(time.Millisecond))
+	default:
+		w.violatef("shard %s: claim on %s failed without a crash: %v", shard, h, err)
+	}
+	w.checkReleased(shard, h, "failed open")
+}
+
+// noteClaim records a claim that returned: every zombie of the shard now
+// has a successor, and the epoch must be above every earlier one.
+func (w *world) noteClaim(shard string, h *host, s *engine.Shard, start time.Time) {
 	w.st.claims++
 	for _, z := range w.zombies {
 		if z.shard == shard {
@@ -341,12 +491,46 @@ func (w *world) claim(shard string, h *host) *owned {
 	if err := w.m.claim(shard, s.Epoch()); err != nil {
 		w.violatef("%v", err)
 	}
+	w.m.claimedAt[shard] = append(w.m.claimedAt[shard], claimTime{epoch: s.Epoch(), at: time.Now()})
+	w.views[shard].noteEpoch(s.Epoch())
 	st := s.Status()
 	w.tracef("%s: claimed by %s epoch %d (replayed into generation %d, %d memtable rows, wal tail %d) in %v",
 		shard, h, s.Epoch(), st.CurrentGeneration, st.MemtableRows, st.WALTail, time.Since(start).Round(time.Millisecond))
-	o := &owned{host: h, s: s}
+}
+
+// setOwner makes o (nil: none) the shard's writer, for the simulation and
+// for the producers on other goroutines.
+func (w *world) setOwner(shard string, o *owned) {
+	if o == nil {
+		delete(w.owner, shard)
+		w.views[shard].cur.Store(nil)
+		return
+	}
 	w.owner[shard] = o
-	return o
+	w.views[shard].cur.Store(o.s)
+}
+
+func (w *world) clearOwners() {
+	for _, shard := range w.shards {
+		w.setOwner(shard, nil)
+	}
+}
+
+// shardView is a shard's writer as producers on other goroutines see it.
+type shardView struct {
+	cur atomic.Pointer[engine.Shard]
+	// maxEpoch is the highest epoch a claim of the shard returned: a
+	// writer below it has a successor.
+	maxEpoch atomic.Uint64
+}
+
+func (v *shardView) noteEpoch(e uint64) {
+	for {
+		cur := v.maxEpoch.Load()
+		if e <= cur || v.maxEpoch.CompareAndSwap(cur, e) {
+			return
+		}
+	}
 }
 
 // checkpoint reads every monotonic quantity and checks it against the
@@ -389,8 +573,14 @@ func (w *world) checkpoint() {
 	}
 }
 
+// sources are the upstream sources of a shard's appends: two for the
+// appends without a session, one per producer session.
 func (w *world) sources(shard string) []string {
-	return []string{"p0-" + shard, "p1-" + shard}
+	out := []string{"p0-" + shard, "p1-" + shard}
+	for _, p := range w.producers[shard] {
+		out = append(out, p.src)
+	}
+	return out
 }
 
 // revokeOwnerLeases revokes the lease of every owner key of the table:
@@ -418,7 +608,8 @@ func (w *world) revokeOwnerLeases() {
 // what survived the crash, and new processes start.
 func (w *world) recover() {
 	w.st.crashes++
-	w.tracef("CRASH at filesystem op %d: recovering on the crash clone", w.inj.Ops())
+	w.tracef("CRASH at filesystem op %d: recovering on a crash clone keeping %d%% of the unsynced changes", w.inj.Ops(), w.tear)
+	w.stopBackground(nil)
 	w.revokeOwnerLeases()
 	for _, c := range w.coords {
 		if c.c != nil {
@@ -428,11 +619,21 @@ func (w *world) recover() {
 	}
 	w.closeHosts(w.hosts)
 	w.zombies = nil
-	clear(w.owner)
-	w.mem = w.mem.CrashClone()
+	w.clearOwners()
+	clone := w.mem.CrashCloneWith(vfs.CrashCloneOptions{UnsyncedDataPercent: w.tear,
+		RNG: rand.New(rand.NewPCG(w.seed, uint64(w.st.crashes)))})
+	if w.tear > 0 {
+		w.st.tornCrashes++
+		files, wal := differences(w.mem.CrashClone(), clone)
+		w.st.tornFiles += files
+		w.st.tornWAL += wal
+		w.tracef("the crash clone keeps unsynced changes of %d paths (%d WAL segments) that a strict one forgets", files, wal)
+	}
+	w.mem = clone
 	w.inj = &vfs.Injector{}
 	w.fs = vfs.Inject(w.mem, w.inj)
 	w.armed = false
+	w.crashAtWALSync.Store(false)
 	for i := range w.hosts {
 		w.hosts[i] = w.newHost(i)
 	}
@@ -440,6 +641,10 @@ func (w *world) recover() {
 
 func (w *world) closeHosts(hs []*host) {
 	for _, h := range hs {
+		if h.closed {
+			continue
+		}
+		h.closed = true
 		ctx, cancel := w.opCtx()
 		began := time.Now()
 		err := h.h.Close(ctx)
@@ -454,6 +659,8 @@ func (w *world) closeHosts(hs []*host) {
 
 // close releases everything the world holds.
 func (w *world) close() {
+	w.stopBackground(nil)
+	w.closing.Wait()
 	for _, c := range w.coords {
 		if c.c != nil {
 			c.c.Close()
@@ -463,4 +670,35 @@ func (w *world) close() {
 	for _, c := range w.clients {
 		c.Close()
 	}
+}
+
+// checkReleased runs once h's writer of shard closed, or h's open of it
+// failed: the shard's owner key must no longer name h, or no other process
+// could claim the shard while h lives (the bug of
+// TestFailedOpenLeavesItsOwnerKey). The process is then restarted, as an
+// operator would, which frees the key with its lease.
+func (w *world) checkReleased(shard string, h *host, what string) {
+	if w.crashed() || h.closed {
+		return
+	}
+	if s, ok := h.h.Shard(shard); ok && s.Status().Stopped == "" {
+		return
+	}
+	ctx, cancel := w.opCtx()
+	resp, err := w.cli.Get(ctx, w.keys.Owner(shard))
+	cancel()
+	if err != nil {
+		w.fatalf("read owner key: %v", err)
+	}
+	var o shardmeta.Owner
+	if len(resp.Kvs) == 0 || json.Unmarshal(resp.Kvs[0].Value, &o) != nil || o.Writer != h.name {
+		return
+	}
+	w.violatef("shard %s: the owner key of epoch %d still names %s after its %s: no other process can claim the shard while it lives",
+		shard, o.Epoch, h.name, what)
+	if h.temp {
+		w.closeHosts([]*host{h})
+		return
+	}
+	w.restartHost(h.slot)
 }

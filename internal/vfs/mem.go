@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -39,6 +40,9 @@ import (
 type MemFS struct {
 	mu   sync.RWMutex
 	root *memNode
+	// clock numbers directory entry changes in the order they were made,
+	// for CrashCloneWith; guarded by mu.
+	clock uint64
 }
 
 var _ FS = (*MemFS)(nil)
@@ -58,6 +62,10 @@ type memNode struct {
 	// Directories.
 	children map[string]*memNode // live entries
 	durable  map[string]*memNode // entries as of the last directory sync
+	// changed stamps each entry name changed since the last directory sync
+	// with the fs clock of its last change (CrashCloneWith keeps a prefix
+	// of the changes in that order).
+	changed map[string]uint64
 }
 
 // NewStrictMem returns an empty MemFS holding only the root directory.
@@ -142,6 +150,7 @@ func (fs *MemFS) Create(name string) (File, error) {
 	case !ok:
 		n = newFileNode()
 		dir.children[base] = n
+		fs.stamp(dir, base)
 	case n.dir:
 		return nil, pathErr("open", name, syscall.EISDIR)
 	default:
@@ -227,6 +236,10 @@ func (fs *MemFS) rename(oldname, newname string) error {
 	}
 	delete(odir.children, obase)
 	ndir.children[nbase] = n
+	// One change stamped on both names: a rename lands whole or not at all.
+	t := fs.tick()
+	odir.mark(obase, t)
+	ndir.mark(nbase, t)
 	return nil
 }
 
@@ -250,6 +263,22 @@ func isBelow(p, d []string) bool {
 	return len(p) > len(d) && slices.Equal(p[:len(d)], d)
 }
 
+// stamp records a change of dir's entry name at the next clock tick.
+// Callers hold fs.mu for writing.
+func (fs *MemFS) stamp(dir *memNode, name string) { dir.mark(name, fs.tick()) }
+
+func (fs *MemFS) tick() uint64 {
+	fs.clock++
+	return fs.clock
+}
+
+func (n *memNode) mark(name string, t uint64) {
+	if n.changed == nil {
+		n.changed = map[string]uint64{}
+	}
+	n.changed[name] = t
+}
+
 // Remove removes a file or an empty directory.
 func (fs *MemFS) Remove(name string) error {
 	fs.mu.Lock()
@@ -266,6 +295,7 @@ func (fs *MemFS) Remove(name string) error {
 		return pathErr("remove", name, syscall.ENOTEMPTY)
 	}
 	delete(dir.children, base)
+	fs.stamp(dir, base)
 	return nil
 }
 
@@ -284,6 +314,7 @@ func (fs *MemFS) RemoveAll(name string) error {
 		return pathErr("unlinkat", name, err)
 	}
 	delete(dir.children, base)
+	fs.stamp(dir, base)
 	return nil
 }
 
@@ -298,6 +329,7 @@ func (fs *MemFS) MkdirAll(dir string, perm os.FileMode) error {
 		if !ok {
 			child = newDirNode(perm)
 			n.children[c] = child
+			fs.stamp(n, c)
 		} else if !child.dir {
 			return pathErr("mkdir", dir, syscall.ENOTDIR)
 		}
@@ -364,6 +396,191 @@ func crashCopy(n *memNode, seen map[*memNode]*memNode) *memNode {
 	}
 	c.durable = maps.Clone(c.children)
 	return c
+}
+
+// CrashCloneOptions says how much of what was not synced a crash keeps.
+type CrashCloneOptions struct {
+	// UnsyncedDataPercent, 0–100, is the chance that each unsynced change
+	// survives the crash: a file's unsynced bytes (a random part of them),
+	// and each directory entry change (in order: see CrashCloneWith). 0
+	// keeps nothing unsynced, as CrashClone does; 100 keeps everything, as
+	// a crash of the process alone (not of the machine) would.
+	UnsyncedDataPercent int
+	// RNG draws every choice, so that a seeded RNG makes the clone
+	// reproducible (given the same filesystem); nil draws from a randomly
+	// seeded one.
+	RNG *rand.Rand
+}
+
+// CrashCloneWith is CrashClone for a disk that wrote back part of what was
+// not synced before the power went:
+//
+//   - a file whose live bytes differ from its synced ones keeps, with
+//     probability UnsyncedDataPercent, a random part of the difference: a
+//     random prefix of it (a torn append: the file ends inside a record),
+//     random blocks of it (holes: blocks not written back read as their old
+//     bytes, or as zeros past the synced length), or all of it; the file's
+//     size lies between its synced and its live size. Otherwise it keeps
+//     its synced bytes, as CrashClone does. At 100 it keeps all of it;
+//   - the directory entry changes not yet made durable by a directory sync
+//     (creates, removes, renames, new directories) survive as a prefix of
+//     the order they were made in, as a journaling filesystem commits its
+//     metadata: each survives with probability UnsyncedDataPercent, and the
+//     first one lost takes every later one with it. A rename is one change,
+//     so it lands whole or not at all.
+//
+// What a sync made durable survives unless an unsynced change that survives
+// replaced it. Choices are drawn in path order, so a seeded RNG over the
+// same tree makes the same clone.
+func (fs *MemFS) CrashCloneWith(o CrashCloneOptions) *MemFS {
+	fs.mu.RLock()
+	defer fs.mu.RUnlock()
+	rng := o.RNG
+	if rng == nil {
+		rng = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
+	c := &tornCloner{rng: rng, percent: min(max(o.UnsyncedDataPercent, 0), 100), seen: map[*memNode]*memNode{}}
+	c.cut = c.entryCut(fs.root)
+	return &MemFS{root: c.copy(fs.root)}
+}
+
+// tornCloner makes one CrashCloneWith copy.
+type tornCloner struct {
+	rng     *rand.Rand
+	percent int
+	seen    map[*memNode]*memNode
+	// cut is the stamp of the last directory entry change that survives.
+	cut uint64
+}
+
+func (c *tornCloner) chance() bool { return c.rng.IntN(100) < c.percent }
+
+// entryCut draws how many of the unsynced entry changes under root
+// survive and returns the stamp of the last of them (0: none).
+func (c *tornCloner) entryCut(root *memNode) uint64 {
+	var stamps []uint64
+	seen := map[*memNode]bool{}
+	var walk func(n *memNode)
+	walk = func(n *memNode) {
+		if seen[n] || !n.dir {
+			return
+		}
+		seen[n] = true
+		for _, t := range n.changed {
+			stamps = append(stamps, t)
+		}
+		for _, child := range n.children {
+			walk(child)
+		}
+		for _, child := range n.durable {
+			walk(child)
+		}
+	}
+	walk(root)
+	slices.Sort(stamps)
+	stamps = slices.Compact(stamps)
+	var cut uint64
+	for _, t := range stamps {
+		if !c.chance() {
+			break
+		}
+		cut = t
+	}
+	return cut
+}
+
+func (c *tornCloner) copy(n *memNode) *memNode {
+	if cp, ok := c.seen[n]; ok {
+		return cp
+	}
+	cp := &memNode{dir: n.dir, mode: n.mode}
+	c.seen[n] = cp
+	if !n.dir {
+		cp.data = c.tornData(n.synced, n.data)
+		cp.sync()
+		return cp
+	}
+	names := slices.Collect(maps.Keys(n.children))
+	for name := range n.durable {
+		if _, live := n.children[name]; !live {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	cp.children = make(map[string]*memNode, len(names))
+	for _, name := range names {
+		child := n.durable[name]
+		if t := n.changed[name]; t != 0 && t <= c.cut {
+			child = n.children[name]
+		}
+		if child != nil {
+			cp.children[name] = c.copy(child)
+		}
+	}
+	cp.durable = maps.Clone(cp.children)
+	return cp
+}
+
+// tornData returns what survives of a file whose synced bytes are old and
+// whose live bytes are cur.
+func (c *tornCloner) tornData(old, cur []byte) []byte {
+	first := 0 // the first byte where they differ
+	for first < len(old) && first < len(cur) && old[first] == cur[first] {
+		first++
+	}
+	switch {
+	case len(old) == len(cur) && first == len(cur), !c.chance():
+		return bytes.Clone(old)
+	case c.percent == 100:
+		return bytes.Clone(cur)
+	}
+	was := func(i int) byte { // what a block not written back reads as
+		if i < len(old) {
+			return old[i]
+		}
+		return 0
+	}
+	is := func(i int) byte {
+		if i < len(cur) {
+			return cur[i]
+		}
+		return was(i)
+	}
+	lo, hi := min(len(old), len(cur)), max(len(old), len(cur))
+	switch c.rng.IntN(4) {
+	case 0: // all of it
+		return bytes.Clone(cur)
+	case 1: // random blocks of it, and a size between the two
+		size := lo + c.rng.IntN(hi-lo+1)
+		block := []int{64, 512, 4096}[c.rng.IntN(3)]
+		out := make([]byte, size)
+		for start := 0; start < size; start += block {
+			fresh := start+block > first && c.rng.IntN(2) == 0
+			for i := start; i < min(start+block, size); i++ {
+				if fresh {
+					out[i] = is(i)
+				} else {
+					out[i] = was(i)
+				}
+			}
+		}
+		return out
+	default: // a prefix of it: the file ends, or the new bytes stop, at a cut
+		cut := first + c.rng.IntN(hi-first+1)
+		size := max(len(old), cut)
+		if cut >= len(cur) {
+			size = len(cur)
+		}
+		out := make([]byte, size)
+		for i := range out {
+			if i < cut {
+				out[i] = is(i)
+			} else {
+				out[i] = was(i)
+			}
+		}
+		return out
+	}
 }
 
 // String lists every reachable file and directory, one a line, in path
@@ -538,6 +755,7 @@ func (f *memFile) Sync() error {
 	}
 	if f.n.dir {
 		f.n.durable = maps.Clone(f.n.children)
+		f.n.changed = nil
 	} else {
 		f.n.sync()
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -601,5 +603,248 @@ func TestMkdirAllDurableSurvivesCrash(t *testing.T) {
 	}
 	if _, err := c.Stat("/data/volatile"); err == nil {
 		t.Fatal("a directory whose parent was never synced survived a crash: the check proves nothing")
+	}
+}
+
+// tree reads every reachable file of fs: path → bytes (directories map to
+// "<dir>").
+func tree(t *testing.T, fs vfs.FS) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	var walk func(dir string)
+	walk = func(dir string) {
+		names, err := fs.List(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range names {
+			p := filepath.Join(dir, n)
+			info, err := fs.Stat(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.IsDir() {
+				out[p] = "<dir>"
+				walk(p)
+				continue
+			}
+			out[p] = fsHelper{t, fs}.read(p)
+		}
+	}
+	walk("/")
+	return out
+}
+
+func TestCrashCloneWithNothingKeptIsCrashClone(t *testing.T) {
+	for _, tc := range crashCases {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := vfs.NewStrictMem()
+			h := fsHelper{t, mem}
+			h.mkdir("/d")
+			h.syncDir("/")
+			tc.run(h)
+			want := tree(t, mem.CrashClone())
+			for seed := range uint64(20) {
+				got := tree(t, mem.CrashCloneWith(vfs.CrashCloneOptions{RNG: rand.New(rand.NewPCG(seed, 1))}))
+				if !maps.Equal(got, want) {
+					t.Fatalf("seed %d: CrashCloneWith(0%%) = %v, CrashClone = %v", seed, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestCrashCloneWithEverythingKeptIsTheLiveTree(t *testing.T) {
+	for _, tc := range crashCases {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := vfs.NewStrictMem()
+			h := fsHelper{t, mem}
+			h.mkdir("/d")
+			h.syncDir("/")
+			tc.run(h)
+			got := tree(t, mem.CrashCloneWith(vfs.CrashCloneOptions{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(7, 1))}))
+			if want := tree(t, mem); !maps.Equal(got, want) {
+				t.Fatalf("CrashCloneWith(100%%) = %v, the live tree = %v", got, want)
+			}
+		})
+	}
+}
+
+// TestCrashCloneWithTears: over many seeds a partial clone shows each
+// kind of damage a real power loss can leave — a torn append, a hole, an
+// overwrite half undone, a rename kept and one lost — and never anything
+// else: every byte is the file's synced byte or its live one (zero past the
+// synced length), the size lies between the synced and the live size,
+// synced files and durable entries survive, and a rename is atomic.
+func TestCrashCloneWithTears(t *testing.T) {
+	const (
+		synced = "0123456789abcdef" // durable, then appended to without a sync
+		tail   = "APPENDED-NOT-SYNCED-APPENDED-NOT-SYNCED"
+	)
+	mem := vfs.NewStrictMem()
+	h := fsHelper{t, mem}
+	h.mkdir("/d")
+	h.syncDir("/")
+	h.durableFile("/d/durable", "kept as it is")
+	h.durableFile("/d/log", synced)
+	log := h.openRW("/d/log")
+	_, _ = io.ReadAll(log)
+	h.write(log, strings.Repeat(tail, 40)) // 1,560 bytes: several 64-byte blocks
+	h.durableFile("/d/over", strings.Repeat("o", 200))
+	h.write(h.openRW("/d/over"), strings.Repeat("N", 150))
+	h.durableFile("/d/tmp", "renamed")
+	h.ok(h.fs.Rename("/d/tmp", "/d/final"))
+	h.write(h.create("/d/new"), "never synced")
+
+	live := tree(t, mem)
+	var torn, hole, halfUndone, renameKept, renameLost bool
+	for seed := range uint64(400) {
+		clone := mem.CrashCloneWith(vfs.CrashCloneOptions{UnsyncedDataPercent: 60, RNG: rand.New(rand.NewPCG(seed, 2))})
+		got := tree(t, clone)
+		if got["/d/durable"] != "kept as it is" {
+			t.Fatalf("seed %d: a synced, durable file became %q", seed, got["/d/durable"])
+		}
+		checkBytes := func(name, old string) string {
+			s, ok := got[name]
+			if !ok {
+				t.Fatalf("seed %d: durable entry %s lost", seed, name)
+			}
+			cur := live[name]
+			if lo, hi := min(len(old), len(cur)), max(len(old), len(cur)); len(s) < lo || len(s) > hi {
+				t.Fatalf("seed %d: %s has %d bytes, not between the synced %d and the live %d", seed, name, len(s), len(old), len(cur))
+			}
+			for i := range len(s) {
+				was, is := byte(0), byte(0)
+				if i < len(old) {
+					was = old[i]
+				}
+				is = was
+				if i < len(cur) {
+					is = cur[i]
+				}
+				if s[i] != was && s[i] != is {
+					t.Fatalf("seed %d: %s byte %d is %q, neither the synced %q nor the live %q", seed, name, i, s[i], was, is)
+				}
+			}
+			return s
+		}
+		l := checkBytes("/d/log", synced)
+		if !strings.HasPrefix(l, synced) {
+			t.Fatalf("seed %d: the synced prefix of /d/log is damaged: %q", seed, l[:len(synced)])
+		}
+		switch rest := l[len(synced):]; {
+		case strings.Contains(rest, "\x00"):
+			hole = hole || strings.Contains(strings.TrimRight(rest, "\x00"), "\x00")
+		case rest != "" && len(l) < len(live["/d/log"]):
+			torn = true
+		}
+		o := checkBytes("/d/over", strings.Repeat("o", 200))
+		halfUndone = halfUndone || strings.Contains(o, "N") && strings.Contains(o[:150], "o")
+		_, fin := got["/d/final"]
+		_, tmp := got["/d/tmp"]
+		switch {
+		case fin == tmp:
+			t.Fatalf("seed %d: after an unsynced rename /d/final exists: %v, /d/tmp exists: %v; want exactly one", seed, fin, tmp)
+		case fin:
+			renameKept = true
+			if got["/d/final"] != "renamed" {
+				t.Fatalf("seed %d: the renamed file holds %q", seed, got["/d/final"])
+			}
+		default:
+			renameLost = true
+		}
+		if s, ok := got["/d/new"]; ok && s != "" && !strings.HasPrefix("never synced", strings.TrimRight(s, "\x00")) {
+			t.Fatalf("seed %d: a never-synced file holds %q", seed, s)
+		}
+	}
+	for what, seen := range map[string]bool{"a torn append": torn, "a hole": hole, "an overwrite half undone": halfUndone,
+		"a rename kept": renameKept, "a rename lost": renameLost} {
+		if !seen {
+			t.Errorf("no seed produced %s", what)
+		}
+	}
+}
+
+func TestCrashCloneWithIsReproducible(t *testing.T) {
+	mem := vfs.NewStrictMem()
+	h := fsHelper{t, mem}
+	h.mkdir("/d")
+	h.syncDir("/")
+	for i := range 20 {
+		name := fmt.Sprintf("/d/f%02d", i)
+		h.durableFile(name, strings.Repeat("s", 100*i))
+		h.write(h.openRW(name), strings.Repeat("x", 50*i+7))
+		if i%3 == 0 {
+			h.ok(h.fs.Rename(name, name+".renamed"))
+		}
+	}
+	clone := func(seed uint64) map[string]string {
+		return tree(t, mem.CrashCloneWith(vfs.CrashCloneOptions{UnsyncedDataPercent: 50, RNG: rand.New(rand.NewPCG(seed, 3))}))
+	}
+	if a, b := clone(1), clone(1); !maps.Equal(a, b) {
+		t.Fatal("two clones from one seed differ")
+	}
+	if a, b := clone(1), clone(2); maps.Equal(a, b) {
+		t.Fatal("clones from seeds 1 and 2 are equal: the choices are not drawn")
+	}
+	if got := tree(t, mem.CrashCloneWith(vfs.CrashCloneOptions{UnsyncedDataPercent: 50})); len(got) == 0 {
+		t.Fatal("a clone without an RNG lost the directory /d")
+	}
+	// The receiver is unchanged and stays usable.
+	h.durableFile("/d/after", "a")
+	if got := tree(t, mem.CrashClone())["/d/after"]; got != "a" {
+		t.Fatalf("the receiver after CrashCloneWith: /d/after = %q", got)
+	}
+}
+
+// TestCrashCloneWithKeepsEntryChangesInOrder: unsynced entry changes
+// survive as a prefix of the order they were made in, across directories,
+// as a journaling filesystem commits them: a later change never without
+// every earlier one. Every prefix shows up over the seeds.
+func TestCrashCloneWithKeepsEntryChangesInOrder(t *testing.T) {
+	mem := vfs.NewStrictMem()
+	h := fsHelper{t, mem}
+	h.mkdir("/d")
+	h.mkdir("/e")
+	h.syncDir("/")
+	for _, n := range []string{"/d/s1", "/d/s2", "/d/s3"} {
+		h.durableFile(n, n)
+	}
+	// The changes, in order: 1 remove s1, 2 remove s2, 3 create /e/x,
+	// 4 rename s3 to /e/y, 5 mkdir /d/m.
+	h.ok(h.fs.Remove("/d/s1"))
+	h.ok(h.fs.Remove("/d/s2"))
+	h.create("/e/x")
+	h.ok(h.fs.Rename("/d/s3", "/e/y"))
+	h.mkdir("/d/m")
+	applied := func(got map[string]string) []bool {
+		_, s1 := got["/d/s1"]
+		_, s2 := got["/d/s2"]
+		_, x := got["/e/x"]
+		_, y := got["/e/y"]
+		_, s3 := got["/d/s3"]
+		_, m := got["/d/m"]
+		if y == s3 {
+			t.Fatalf("the rename is half applied: /e/y %v, /d/s3 %v", y, s3)
+		}
+		return []bool{!s1, !s2, x, y, m}
+	}
+	prefixes := map[int]bool{}
+	for seed := range uint64(300) {
+		got := tree(t, mem.CrashCloneWith(vfs.CrashCloneOptions{UnsyncedDataPercent: 70, RNG: rand.New(rand.NewPCG(seed, 4))}))
+		a := applied(got)
+		n := slices.Index(a, false)
+		if n < 0 {
+			n = len(a)
+		}
+		if slices.Contains(a[n:], true) {
+			t.Fatalf("seed %d: changes applied %v: not a prefix of the order they were made in", seed, a)
+		}
+		prefixes[n] = true
+	}
+	for n := range 6 {
+		if !prefixes[n] {
+			t.Errorf("no seed kept exactly the first %d changes", n)
+		}
 	}
 }
