@@ -20,6 +20,8 @@ import (
 // sequence and when it last appended.
 type producerState map[string]memtable.ProducerMark
 
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
 // producerDirName is where a shard keeps its producer-state files,
 // relative to the shard's directory.
 const producerDirName = "producers"
@@ -165,7 +167,7 @@ func (s *Shard) writeProducerState(gen uint64, st producerState) (*shardmeta.Pro
 		return nil, fmt.Errorf("write producer state: %w", err)
 	}
 	return &shardmeta.ProducerStateRef{File: producerDirName + "/" + name, Size: int64(len(data)),
-		CRC32C: crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli)), Producers: len(st)}, nil
+		CRC32C: crc32.Checksum(data, castagnoli), Producers: len(st)}, nil
 }
 
 func writeDurable(fsys vfs.FS, path string, data []byte) error {
@@ -197,9 +199,9 @@ func (s *Shard) loadProducerState(ref *shardmeta.ProducerStateRef) (producerStat
 	if err != nil {
 		return nil, fmt.Errorf("engine: shard %s: producer state %s: %w", s.name, path, err)
 	}
-	if int64(len(data)) != ref.Size || crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli)) != ref.CRC32C {
+	if sum := crc32.Checksum(data, castagnoli); int64(len(data)) != ref.Size || sum != ref.CRC32C {
 		return nil, fmt.Errorf("engine: shard %s: producer state %s: %d bytes with CRC-32C %#x, the manifest names %d bytes with %#x: damaged or replaced",
-			s.name, path, len(data), crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli)), ref.Size, ref.CRC32C)
+			s.name, path, len(data), sum, ref.Size, ref.CRC32C)
 	}
 	st, err := decodeProducerState(data)
 	if err != nil {
