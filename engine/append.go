@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -89,6 +90,9 @@ func (s *Shard) checkAppend(b *schema.Batch, o AppendOptions) error {
 	if err := s.checkMergesBehind(); err != nil {
 		return err
 	}
+	if err := s.checkSpace(); err != nil {
+		return err
+	}
 	return s.checkLease()
 }
 
@@ -136,8 +140,13 @@ func (s *Shard) appendBatch(ctx context.Context, b *schema.Batch, o AppendOption
 		s.requestFlush()
 	}
 	if err := s.w.SyncTo(syncTo); err != nil {
-		s.stop(err)
-		return Result{}, fmt.Errorf("engine: shard %s: %w", s.name, err)
+		err = s.walError(err)
+		if errors.Is(err, ErrNoSpace) {
+			// Queued for the WAL, and in the memtable: durable once
+			// space is back, lost in a crash before.
+			err = fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
+		}
+		return Result{}, err
 	}
 	if err := s.checkLease(); err != nil {
 		return Result{}, fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
@@ -214,8 +223,7 @@ func (s *Shard) write(b *schema.Batch, pre *wal.Prepared, meta RecordMeta) (Resu
 	}
 	first, err := s.appendRecord(res.Generation, b, fresh, pre, meta)
 	if err != nil {
-		s.stop(err)
-		return Result{}, 0, 0, fmt.Errorf("engine: shard %s: %w", s.name, err)
+		return Result{}, 0, 0, s.walError(err)
 	}
 	s.set.Insert(fresh, first, s.claim.Epoch, meta.Source.Name, meta.Source.Offset)
 	s.set.NotePosition(first + uint64(max(fresh.Len(), 1)) - 1)

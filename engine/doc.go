@@ -38,6 +38,15 @@
 // more is committed and appends are refused. A failed flush keeps the sealed
 // memtable and is retried, oldest generation first.
 //
+// A full disk is not a failure (space.go): the WAL meets it before it
+// writes a byte of a record, a flush before anything it writes is
+// committed. The shard refuses appends with ErrNoSpace, says "disk full" in
+// Status.Degraded, and takes appends again by itself once space is back.
+//
+// The shards of a host share one memory budget. When it runs low the host
+// seals and flushes the largest active memtables (pressure.go), so that no
+// shard waits behind others' memtables that are below FlushBytes.
+//
 // # Concurrency
 //
 // Append is safe for concurrent use; appenders of one shard are serialized

@@ -127,6 +127,8 @@ func TestOptionsValidate(t *testing.T) {
 		func(o *Options) { o.Codec = "lz5" },
 		func(o *Options) { o.MemoryBudget, o.FlushBytes = 1<<20, 2<<20 },
 		func(o *Options) { o.Schema = &schema.Schema{} },
+		func(o *Options) { o.WALPreallocate = 4 << 10 },                        // a fallocate every few records
+		func(o *Options) { o.WALSegmentSize, o.WALPreallocate = 1<<20, 2<<20 }, // past the segment
 	}
 	for i, edit := range bad {
 		o := testOptions(vfs.NewStrictMem(), "t")
@@ -134,6 +136,14 @@ func TestOptionsValidate(t *testing.T) {
 		o.EnsureDefaults()
 		if err := o.Validate(); err == nil {
 			t.Errorf("case %d: invalid options accepted", i)
+		}
+	}
+	for _, n := range []int64{-1, 0, 64 << 10} { // none, the default, the smallest step
+		o := testOptions(vfs.NewStrictMem(), "t")
+		o.WALPreallocate = n
+		o.EnsureDefaults()
+		if err := o.Validate(); err != nil {
+			t.Errorf("WAL preallocate %d: %v", n, err)
 		}
 	}
 }

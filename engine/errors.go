@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"syscall"
 
 	"github.com/rollwal/rollwal/memtable"
 	"github.com/rollwal/rollwal/shardmeta"
@@ -33,7 +34,22 @@ var (
 	// committed generations that no merge has drained yet; appends wait
 	// for a merge. It is a kind of ErrBackpressure: retry later.
 	ErrMergesBehind = fmt.Errorf("%w: merges are behind", ErrBackpressure)
+	// ErrNoSpace: the disk is full. A WAL segment could not be created or
+	// reserve space, or a generation could not be written; nothing of it
+	// was acknowledged. The shard refuses appends and retries by itself,
+	// and takes appends again once there is space: no restart needed.
+	// Status.Degraded says why meanwhile. It is a kind of ErrBackpressure
+	// (retry later) and of syscall.ENOSPC. (A failed fsync is never
+	// ErrNoSpace: it is ErrStopped, whatever its cause.)
+	ErrNoSpace error = noSpaceError{}
 	// ErrReplay: the WAL holds something replay must not accept (an epoch
 	// above the claimed one, overlapping positions).
 	ErrReplay = errors.New("engine: replay refused")
 )
+
+// noSpaceError is ErrNoSpace: it matches both ErrBackpressure and ENOSPC
+// without either's words in its message.
+type noSpaceError struct{}
+
+func (noSpaceError) Error() string   { return "engine: disk full" }
+func (noSpaceError) Unwrap() []error { return []error{ErrBackpressure, syscall.ENOSPC} }

@@ -3,10 +3,12 @@ package engine
 import (
 	"context"
 	"errors"
+	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/schema"
 )
 
 // TestFsyncFailureStopsWriter: a failed WAL fsync is never retried and
@@ -87,6 +89,155 @@ func TestNoSpace(t *testing.T) {
 	for id := range acked {
 		if inGen[id]+inMem[id] != 1 {
 			t.Fatalf("acknowledged id %s: %d in generations, %d in memtable", id, inGen[id], inMem[id])
+		}
+	}
+}
+
+// TestDiskFullRecovers: a full disk is not fatal. A generation that cannot
+// be written, and a WAL that cannot reserve its next step or create its
+// next segment, make the shard refuse appends with ErrNoSpace (a kind of
+// backpressure) and say "disk full" in Status; once space is back the same
+// shard, never reopened, takes appends and flushes again by itself, and
+// every acknowledged row is in committed generations, also after a crash.
+func TestDiskFullRecovers(t *testing.T) {
+	for _, c := range []struct {
+		name                 string
+		segment, preallocate int64
+	}{
+		{"reserve-step", 256 << 10, 64 << 10},  // the WAL's next step within a segment
+		{"segment-create", 64 << 10, 64 << 10}, // the WAL's next segment
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mem := vfs.NewStrictMem()
+			inj := &vfs.Injector{}
+			opts := testOptions(vfs.Inject(mem, inj), tableName(t, ""))
+			opts.WALSegmentSize, opts.WALPreallocate = c.segment, c.preallocate
+			diskFullRecovers(t, mem, inj, opts)
+		})
+	}
+}
+
+func diskFullRecovers(t *testing.T, mem *vfs.MemFS, inj *vfs.Injector, opts Options) {
+	ctx := context.Background()
+	h := openHost(t, opts)
+	s := mustOpen(t, h, "s0")
+	epoch := s.Epoch()
+	acked := map[string]bool{}
+	ack := func(batch []schema.Row, res Result) {
+		if res.Stored+res.Duplicates != len(batch) {
+			t.Fatalf("append of %d rows acknowledged %d", len(batch), res.Stored+res.Duplicates)
+		}
+		for _, r := range batch {
+			acked[r["id"].(string)] = true
+		}
+	}
+	appendOK := func(batch []schema.Row) {
+		t.Helper()
+		res, err := s.Append(ctx, batch, Source{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ack(batch, res)
+	}
+
+	// A generation file cannot be written.
+	appendOK(rows("gen", 0, 20))
+	inj.NoSpaceAfter(0)
+	if _, err := s.Flush(ctx); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("flush on a full disk: %v; want ENOSPC", err)
+	}
+	expectDiskFull(t, s)
+	inj.NoSpaceAfter(1 << 40)
+	waitFor(t, "the flusher to commit the generation the full disk refused", func() bool {
+		return len(s.Manifest().Flushed) == 1 && s.Status().Degraded == ""
+	})
+
+	// The WAL cannot reserve space. Appends go on into the space it
+	// reserved already, then meet the full disk.
+	inj.NoSpaceAfter(0)
+	var queued []schema.Row // met the full disk on its way to the WAL
+	walAcked := 0
+	for i := 0; queued == nil && i < 10000; i++ {
+		batch := rows("wal", i*10, 10)
+		res, err := s.Append(ctx, batch, Source{})
+		switch {
+		case err == nil:
+			ack(batch, res)
+			walAcked++
+		case errors.Is(err, ErrUnknownOutcome) && errors.Is(err, ErrNoSpace):
+			queued = batch
+		case errors.Is(err, ErrNoSpace):
+			i = 10000 // refused before the WAL: done filling
+		default:
+			t.Fatalf("append on a full disk: %v; want ErrNoSpace", err)
+		}
+	}
+	if walAcked == 0 {
+		t.Fatal("no append fit the WAL's reserved space: the test proves nothing about reservation")
+	}
+	expectDiskFull(t, s)
+	inj.NoSpaceAfter(1 << 40)
+	waitFor(t, "the shard to take appends again", func() bool { return s.Status().Degraded == "" })
+	if queued != nil {
+		// Queued on the full disk: now durable, a retry is acknowledged
+		// as duplicates.
+		res, err := s.Append(ctx, queued, Source{})
+		if err != nil || res.Duplicates != len(queued) {
+			t.Fatalf("retry of the batch queued on the full disk: %+v, %v; want all duplicates", res, err)
+		}
+		ack(queued, res)
+	}
+	appendOK(rows("after", 0, 20))
+	if _, err := s.Flush(ctx); err != nil {
+		t.Fatalf("flush once space is back: %v", err)
+	}
+	if s.Epoch() != epoch || s.Status().Stopped != "" {
+		t.Fatalf("the shard was reopened (epoch %d → %d) or stopped (%q)", epoch, s.Epoch(), s.Status().Stopped)
+	}
+	checkCommitted(t, opts, acked, nil)
+	h.Close(ctx)
+
+	opts.FS = mem.CrashClone()
+	h = openHost(t, opts)
+	defer h.Close(ctx)
+	checkCommitted(t, opts, acked, mustOpen(t, h, "s0"))
+}
+
+// expectDiskFull checks that s refuses appends for a full disk, writes
+// nothing of them and says so in Status without being stopped.
+func expectDiskFull(t *testing.T, s *Shard) {
+	t.Helper()
+	st := s.Status()
+	if !strings.HasPrefix(st.Degraded, "disk full: ") || st.Stopped != "" {
+		t.Fatalf("status on a full disk: degraded %q, stopped %q; want degraded naming a full disk, not stopped", st.Degraded, st.Stopped)
+	}
+	tail := s.w.Tail()
+	_, err := s.Append(context.Background(), rows("refused", 0, 5), Source{})
+	if !errors.Is(err, ErrNoSpace) || !errors.Is(err, ErrBackpressure) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("append on a full disk: %v; want ErrNoSpace, ErrBackpressure and ENOSPC", err)
+	}
+	if s.w.Tail() != tail {
+		t.Fatal("an append refused for a full disk reached the WAL")
+	}
+}
+
+// checkCommitted checks that every id of acked is once in the committed
+// generations plus open's memtables (nil: none), and no refused one is.
+func checkCommitted(t *testing.T, opts Options, acked map[string]bool, open *Shard) {
+	t.Helper()
+	inGen, _ := committed(t, opts.FS, opts, "s0")
+	inMem := map[string]int{}
+	if open != nil {
+		inMem = memtableIDs(open)
+	}
+	for id := range acked {
+		if inGen[id]+inMem[id] != 1 {
+			t.Fatalf("acknowledged id %s: %d in committed generations, %d in the memtable", id, inGen[id], inMem[id])
+		}
+	}
+	for id := range inGen {
+		if strings.HasPrefix(id, "refused-") {
+			t.Fatalf("id %s of an append refused for a full disk was stored", id)
 		}
 	}
 }

@@ -69,8 +69,7 @@ func (s *Shard) commitGeneration(ctx context.Context, m *memtable.Memtable) erro
 		syncTo = s.w.Tail()
 	}
 	if err := s.w.SyncTo(syncTo); err != nil {
-		s.stop(err)
-		return err
+		return s.walError(err)
 	}
 	if err := s.retryPendingDrain(ctx); err != nil {
 		s.metrics.flushFailures.WithLabelValues(s.name).Inc()
@@ -78,6 +77,7 @@ func (s *Shard) commitGeneration(ctx context.Context, m *memtable.Memtable) erro
 	}
 	f, next, err := s.prepareCommit(ctx, m)
 	if err != nil {
+		s.noteFlushFailure(err)
 		s.metrics.flushFailures.WithLabelValues(s.name).Inc()
 		return fmt.Errorf("engine: shard %s: flush generation %d: %w", s.name, m.Generation(), err)
 	}
@@ -93,6 +93,7 @@ func (s *Shard) commitGeneration(ctx context.Context, m *memtable.Memtable) erro
 		return fmt.Errorf("engine: shard %s: commit generation %d: %w", s.name, m.Generation(), err)
 	}
 	s.pending = nil
+	s.noteFlushed()
 	prev := s.manifest
 	s.setManifest(next)
 	s.afterProducerCommit(prev, next)

@@ -37,6 +37,10 @@ type Host struct {
 	bgMu     sync.Mutex
 	bgClosed bool
 	bgWG     sync.WaitGroup
+
+	// relief asks for a round of sealing memtables when the budget runs
+	// low (pressure.go).
+	relief chan struct{}
 }
 
 // NewHost validates opts and returns a host with no shards open.
@@ -46,8 +50,10 @@ func NewHost(opts Options) (*Host, error) {
 		return nil, err
 	}
 	bg, cancel := context.WithCancel(context.Background())
-	return &Host{opts: opts, budget: opts.newBudget(), metrics: newMetrics(opts.Registerer), shards: map[string]*Shard{},
-		bg: bg, bgCancel: cancel}, nil
+	h := &Host{opts: opts, budget: opts.newBudget(), metrics: newMetrics(opts.Registerer), shards: map[string]*Shard{},
+		bg: bg, bgCancel: cancel}
+	h.startRelief()
+	return h, nil
 }
 
 // Open claims and opens a shard; opening an open shard returns it. The
@@ -66,11 +72,7 @@ func (h *Host) Open(ctx context.Context, name string) (*Shard, error) {
 	case open:
 		return s, nil
 	}
-	if err := h.ensureLease(ctx); err != nil {
-		return nil, err
-	}
-	l := h.lease
-	s, err := openShard(ctx, &h.opts, name, l, h.budget, h.metrics)
+	s, l, err := h.openOnLease(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -84,6 +86,36 @@ func (h *Host) Open(ctx context.Context, name string) (*Shard, error) {
 		s.stop(fmt.Errorf("%w: shard %s: the writer's lease was lost", ErrFenced, name))
 	}
 	return s, nil
+}
+
+// leaseAttempts bounds the claims of one Open that find the lease gone.
+const leaseAttempts = 3
+
+// openOnLease opens shard name with the host's lease. A claim can find that
+// lease gone from etcd: it waited long for another owner, and on a loaded
+// machine the keepalives did not keep up. The lease is then marked lost
+// (which fences the shards bound to it: etcd dropped their owner keys with
+// it) and the claim runs again with a new lease. The caller holds openMu.
+func (h *Host) openOnLease(ctx context.Context, name string) (*Shard, *lease, error) {
+	for attempt := 1; ; attempt++ {
+		if err := h.ensureLease(ctx); err != nil {
+			return nil, nil, err
+		}
+		l := h.lease
+		s, err := openShard(ctx, &h.opts, name, l, h.budget, h.metrics)
+		if err == nil || !leaseGone(err) || attempt == leaseAttempts || ctx.Err() != nil {
+			return s, l, err
+		}
+		l.markLost("the lease no longer exists in etcd (found at claim)")
+		h.opts.Logger.Warn("claim found the writer's lease gone; claiming again with a new lease", "shard", name, "err", err)
+	}
+}
+
+// errLeaseLost stops a claim whose lease was lost while it waited.
+var errLeaseLost = errors.New("engine: the writer's lease was lost")
+
+func leaseGone(err error) bool {
+	return errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, errLeaseLost)
 }
 
 // ensureLease grants the host's lease (or a new one after the last was

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -122,5 +123,70 @@ func TestHostAnswersWhileOpenWaits(t *testing.T) {
 	}
 	if len(c.Shards()) != 0 {
 		t.Fatal("a failed Open left a shard listed")
+	}
+}
+
+// TestClaimRegrantsExpiredLease: a claim that waited for another owner
+// (long, on a loaded machine) can find the host's own lease gone: etcd
+// answers "requested lease not found", or the keepalive gave it up first.
+// The host grants a new lease and claims again; the open succeeds.
+func TestClaimRegrantsExpiredLease(t *testing.T) {
+	for _, keepaliveFirst := range []bool{false, true} {
+		t.Run(fmt.Sprint("keepalive-first=", keepaliveFirst), func(t *testing.T) {
+			claimRegrantsExpiredLease(t, keepaliveFirst)
+		})
+	}
+}
+
+func claimRegrantsExpiredLease(t *testing.T, keepaliveFirst bool) {
+	ctx := context.Background()
+	opts := testOptions(vfs.NewStrictMem(), tableName(t, ""))
+	a := openHost(t, opts)
+	defer a.Close(ctx)
+	mustOpen(t, a, "s0")
+
+	var log syncBuffer
+	bopts := opts
+	bopts.Logger = slog.New(slog.NewTextHandler(&log, nil))
+	// A TTL far above the test, so that B's keepalive, every TTL/3, does
+	// not learn of the expiry unless the test says it did.
+	bopts.LeaseTTL, bopts.LeaseMargin = time.Minute, 10*time.Second
+	b := openHost(t, bopts)
+	defer b.Close(ctx)
+	mustOpen(t, b, "s1") // grants B's lease
+	old := b.lease
+	type opened struct {
+		s   *Shard
+		err error
+	}
+	res := make(chan opened, 1)
+	octx, stopOpen := context.WithTimeout(ctx, 30*time.Second)
+	defer stopOpen()
+	go func() {
+		s, err := b.Open(octx, "s0")
+		res <- opened{s, err}
+	}()
+	waitFor(t, "B's claim of s0 to wait for A", func() bool {
+		return strings.Contains(log.String(), "waiting for its owner key to go")
+	})
+	// The lease expires while the claim waits: on the server, or past its
+	// local deadline while the server still holds it for a moment.
+	if keepaliveFirst {
+		old.markLost("keepalives failed until the local deadline passed (test)")
+	} else if _, err := etcdClient.Revoke(ctx, old.id); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-res
+	if r.err != nil {
+		t.Fatalf("Open after the host's lease expired during the claim: %v; want a new lease and a claim with it", r.err)
+	}
+	if r.s.lease == old || !r.s.lease.valid() {
+		t.Fatalf("the shard was claimed with lease %x (the expired one is %x), valid %v", int64(r.s.lease.id), int64(old.id), r.s.lease.valid())
+	}
+	if _, err := r.s.Append(ctx, rows("after", 0, 10), Source{}); err != nil {
+		t.Fatalf("append to the shard claimed with the new lease: %v", err)
 	}
 }

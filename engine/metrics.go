@@ -19,6 +19,7 @@ type metrics struct {
 	memtableBytes *prometheus.GaugeVec
 	fenced        *prometheus.GaugeVec
 	epoch         *prometheus.GaugeVec
+	pressureSeals *prometheus.CounterVec
 
 	snapshotPersists *prometheus.CounterVec
 }
@@ -39,6 +40,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		memtableBytes: f.NewGaugeVec(prometheus.GaugeOpts{Name: "writer_memtable_bytes", Help: "Bytes held by the shard's memtables."}, shard),
 		fenced:        f.NewGaugeVec(prometheus.GaugeOpts{Name: "writer_fenced", Help: "1 when the shard is fenced or stopped."}, shard),
 		epoch:         f.NewGaugeVec(prometheus.GaugeOpts{Name: "writer_epoch", Help: "The writer epoch claimed for the shard."}, shard),
+		pressureSeals: f.NewCounterVec(prometheus.CounterOpts{Name: "writer_memory_pressure_seals_total", Help: "Active memtables sealed before FlushBytes because the host's memory budget ran low."}, shard),
 		snapshotPersists: f.NewCounterVec(prometheus.CounterOpts{Name: "writer_snapshot_persists_total", Help: "Snapshot offset persists after commits, by result (ok, conflict, error)."},
 			[]string{"shard", "result"}),
 	}

@@ -46,6 +46,13 @@ type Options struct {
 
 	// WALSegmentSize is the WAL's roll threshold; default 64 MiB.
 	WALSegmentSize int64
+	// WALPreallocate is the step in which WAL segments reserve disk space
+	// ahead of the write position (see wal.Options.Preallocate): a new
+	// segment reserves one step, not the whole WALSegmentSize, so that many
+	// idle shards reserve little disk. Default 4 MiB (or WALSegmentSize if
+	// smaller); negative reserves nothing; otherwise 64 KiB up to
+	// WALSegmentSize.
+	WALPreallocate int64
 	// WALCompression compresses WAL record payloads; default none.
 	WALCompression wal.Compression
 	// Codec is the generation files' Parquet codec; default "snappy".
@@ -145,6 +152,7 @@ func (o *Options) EnsureDefaults() {
 	setDefault(&o.LeaseMargin, o.LeaseTTL/5)
 	setDefault(&o.RequestTimeout, 5*time.Second)
 	setDefault(&o.WALSegmentSize, 64<<20)
+	setDefault(&o.WALPreallocate, min(wal.DefaultPreallocate, o.WALSegmentSize))
 	setDefault(&o.FlushBytes, 64<<20)
 	setDefault(&o.FlushAge, 30*time.Second)
 	setDefault(&o.MemoryBudget, 512<<20)
@@ -183,6 +191,8 @@ func (o *Options) Validate() error {
 	check(o.LeaseMargin <= 0 || o.LeaseMargin >= o.LeaseTTL/2, "lease margin %v must be positive and below half the lease TTL %v", o.LeaseMargin, o.LeaseTTL)
 	check(o.RequestTimeout <= 0, "request timeout %v must be positive", o.RequestTimeout)
 	check(o.WALSegmentSize < 64<<10, "WAL segment size %d is below 64 KiB", o.WALSegmentSize)
+	check(o.WALPreallocate > 0 && (o.WALPreallocate < 64<<10 || o.WALPreallocate > o.WALSegmentSize),
+		"WAL preallocate %d must be from 64 KiB to the WAL segment size %d (or negative to reserve nothing)", o.WALPreallocate, o.WALSegmentSize)
 	check(o.FlushBytes <= 0, "flush bytes %d must be positive", o.FlushBytes)
 	check(o.MemoryBudget < o.FlushBytes, "memory budget %d is below flush bytes %d: a memtable could never fill", o.MemoryBudget, o.FlushBytes)
 	check(o.BudgetWait < 0, "budget wait %v is negative", o.BudgetWait)

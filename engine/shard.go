@@ -47,6 +47,9 @@ type Shard struct {
 
 	// stopErr is set once: fenced, stopped after a WAL failure, or closed.
 	stopErr atomic.Pointer[error]
+	// flushNoSpace is why the last flush failed for a full disk, or nil;
+	// a committed generation clears it.
+	flushNoSpace atomic.Pointer[error]
 
 	// flushMu makes flushes (and their commits) one at a time, in order.
 	flushMu sync.Mutex
@@ -154,7 +157,7 @@ func (s *Shard) claimAndOpenWAL(ctx context.Context) error {
 	s.claim = c
 	w, err := wal.Open(wal.Options{
 		FS: s.opts.FS, Dir: s.walDir(), Epoch: c.Epoch,
-		SegmentSize: s.opts.WALSegmentSize, Compression: s.opts.WALCompression,
+		SegmentSize: s.opts.WALSegmentSize, Preallocate: s.opts.WALPreallocate, Compression: s.opts.WALCompression,
 		Logger: s.log,
 	})
 	if err != nil {
@@ -174,6 +177,9 @@ func (s *Shard) claimAndOpenWAL(ctx context.Context) error {
 // key's DELETE while another writer holds it: never for a local clock.
 func (s *Shard) claimWhenFree(ctx context.Context, owner shardmeta.Owner, prepare func(*shardmeta.Manifest) error) (*shardmeta.Claim, error) {
 	for {
+		if s.lease.isLost() {
+			return nil, fmt.Errorf("%w while the claim waited", errLeaseLost)
+		}
 		var c *shardmeta.Claim
 		err := retryTransient(ctx, s.log, "claim", func() (err error) {
 			c, err = s.store.Claim(ctx, s.name, owner, s.lease.id, prepare)

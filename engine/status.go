@@ -21,6 +21,10 @@ type Status struct {
 	MemtableBytes     int64                  `json:"memtable_bytes"`
 	SourceOffsets     map[string]int64       `json:"source_offsets,omitempty"`
 	Stopped           string                 `json:"stopped,omitempty"`
+	// Degraded says why a running shard refuses appends for now and
+	// recovers by itself ("disk full: ..."); empty when it takes appends.
+	// A shard with Stopped or Degraded set is not ready.
+	Degraded string `json:"degraded,omitempty"`
 }
 
 // Status reports the shard's state.
@@ -34,6 +38,8 @@ func (s *Shard) Status() Status {
 	}
 	if err := s.err(); err != nil {
 		st.Stopped = err.Error()
+	} else if err := s.diskFull(); err != nil {
+		st.Degraded = "disk full: " + err.Error()
 	}
 	return st
 }

@@ -29,6 +29,10 @@ type Budget struct {
 	waiters []*waiter // FIFO
 
 	onWait func() // test hook: called (under mu) when a waiter is queued
+
+	// pressureAt and onPressure are set by OnPressure.
+	pressureAt int64
+	onPressure func()
 }
 
 type waiter struct {
@@ -62,12 +66,17 @@ func (b *Budget) Acquire(ctx context.Context, n int64, wait bool) error {
 	b.mu.Lock()
 	if len(b.waiters) == 0 && b.used+n <= b.limit {
 		b.used += n
+		low := b.onPressure != nil && b.used > b.pressureAt
 		b.mu.Unlock()
+		if low {
+			b.onPressure()
+		}
 		return nil
 	}
 	if !wait {
 		err := b.exhaustedLocked(n)
 		b.mu.Unlock()
+		b.pressure()
 		return err
 	}
 	w := &waiter{n: n, ready: make(chan struct{})}
@@ -76,7 +85,29 @@ func (b *Budget) Acquire(ctx context.Context, n int64, wait bool) error {
 		b.onWait()
 	}
 	b.mu.Unlock()
+	b.pressure()
 	return b.await(ctx, w)
+}
+
+// OnPressure makes f run after every Acquire that leaves more than high
+// bytes in use, or that cannot be granted at once: the budget runs low,
+// and whoever can free memory (by flushing memtables) should, before
+// every request waits or fails. f runs in the caller of Acquire, without
+// the budget's lock; it must return at once (signal, not work). Call it
+// before the budget is shared.
+func (b *Budget) OnPressure(high int64, f func()) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.pressureAt, b.onPressure = high, f
+}
+
+func (b *Budget) pressure() {
+	b.mu.Lock()
+	f := b.onPressure
+	b.mu.Unlock()
+	if f != nil {
+		f()
+	}
 }
 
 func (b *Budget) exhaustedLocked(n int64) error {

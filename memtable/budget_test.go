@@ -198,3 +198,36 @@ func TestBudgetReleaseOfMoreThanUsedPanics(t *testing.T) {
 	mustPanic(t, "release of -1 bytes", func() { b.Release(-1) })
 	mustPanic(t, "must be positive", func() { NewBudget(0) })
 }
+
+// OnPressure is told when an Acquire leaves the budget above its mark or
+// cannot be granted at once, and not otherwise.
+func TestBudgetPressure(t *testing.T) {
+	ctx := context.Background()
+	b := NewBudget(100)
+	calls := 0
+	b.OnPressure(75, func() { calls++ })
+	for _, c := range []struct {
+		n     int64
+		wait  bool
+		calls int
+	}{
+		{70, false, 0}, // 70 in use: below the mark
+		{5, false, 0},  // 75: at the mark
+		{10, false, 1}, // 85: above
+		{20, false, 2}, // refused
+	} {
+		b.Acquire(ctx, c.n, c.wait)
+		if calls != c.calls {
+			t.Fatalf("after Acquire(%d): %d calls, want %d", c.n, calls, c.calls)
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+	defer cancel()
+	if err := b.Acquire(wctx, 20, true); !errors.Is(err, ErrBackpressure) || calls != 3 {
+		t.Fatalf("a waiting Acquire: %v, %d calls; want backpressure and 3 calls", err, calls)
+	}
+	b.Release(85)
+	if b.Acquire(ctx, 10, false); calls != 3 {
+		t.Fatalf("an Acquire far below the mark called OnPressure (%d calls)", calls)
+	}
+}

@@ -77,8 +77,20 @@
 // permanent failed state: an fsync error may already have dropped the
 // dirty pages it covered, so retrying it could report data durable that
 // is gone. Every waiting and later Append and SyncTo returns an error
-// wrapping ErrFailed and the cause (errors.Is(err, syscall.ENOSPC) holds
-// for a full disk). The shard must be reopened, usually by a new epoch.
+// wrapping ErrFailed and the cause. The shard must be reopened, usually by
+// a new epoch.
+//
+// A full disk before anything is written is not a failure. The syncer
+// reserves each segment's space in steps ahead of the write position
+// (Options.Preallocate), so a full disk shows when it creates a segment or
+// reserves the next step, or as a write that wrote nothing; the files are
+// then as they were. The WAL keeps the records it could not write, syncs
+// what it wrote before, refuses Append and answers SyncTo of positions not
+// yet durable with ErrNoSpace (errors.Is(err, syscall.ENOSPC) holds), and
+// tries again, 10 ms to 1 s apart, until the records are written at the
+// positions they were given; then it takes appends again. Close gives up
+// waiting: a full disk at Close fails the WAL. A failed fsync is ErrFailed
+// whatever its cause, ENOSPC included.
 //
 // # Format
 //

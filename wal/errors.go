@@ -19,6 +19,15 @@ var (
 	// nothing written since the last good sync can be trusted. The error
 	// also wraps the cause, so errors.Is(err, syscall.ENOSPC) works.
 	ErrFailed = errors.New("wal: failed")
+	// ErrNoSpace marks a WAL waiting for disk space: creating or
+	// reserving space for a segment, or a write that wrote nothing, failed
+	// with ENOSPC. Nothing of the records involved reached a file, so
+	// unlike ErrFailed this is not permanent: the WAL refuses Append and
+	// answers SyncTo of positions not yet durable with it, and retries in
+	// the background until the records are written. The error also wraps
+	// the cause (errors.Is(err, syscall.ENOSPC) holds). A failed fsync is
+	// never this: it is ErrFailed whatever its cause.
+	ErrNoSpace = errors.New("wal: out of disk space, waiting for space")
 	// ErrNewerEpoch is returned by Open when the directory holds segments
 	// of an epoch newer than Options.Epoch: another writer has taken over,
 	// so this one must not append.
@@ -50,3 +59,7 @@ func (e *CorruptionError) Unwrap() error { return e.Err }
 // failed wraps the cause of a failure so that both ErrFailed and the cause
 // match errors.Is.
 func failed(cause error) error { return fmt.Errorf("%w: %w", ErrFailed, cause) }
+
+// noSpace marks cause, an ENOSPC that left the files as they were, as
+// ErrNoSpace.
+func noSpace(cause error) error { return fmt.Errorf("%w: %w", ErrNoSpace, cause) }

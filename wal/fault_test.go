@@ -7,6 +7,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/rollwal/rollwal/internal/vfs"
 )
@@ -69,6 +70,27 @@ func TestFsyncFailureIsFailStop(t *testing.T) {
 	durableCheck(t, mem, acked, 2)
 }
 
+// A failed fsync is fail-stop even when it says the disk is full: the
+// pages it should have written may be gone, so it is never ErrNoSpace.
+func TestFsyncNoSpaceIsFailStop(t *testing.T) {
+	mem := vfs.NewStrictMem()
+	inj := &vfs.Injector{}
+	w := open(t, vfs.Inject(mem, inj), 1)
+	acked := []uint64{appendSynced(t, w, 1, 1, payloadFor(1, 1))}
+	inj.FailAt(inj.Count(vfs.OpSync)+1, vfs.OpSync, syscall.ENOSPC)
+	first, err := w.Append(1, 1, payloadFor(2, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.SyncTo(first); !errors.Is(err, ErrFailed) || errors.Is(err, ErrNoSpace) {
+		t.Fatalf("SyncTo over an fsync that failed with ENOSPC: %v, want ErrFailed, not ErrNoSpace", err)
+	}
+	if err := w.Close(); !errors.Is(err, ErrFailed) {
+		t.Errorf("Close: %v", err)
+	}
+	durableCheck(t, mem, acked, 2)
+}
+
 // Every SyncTo waiting when the fsync fails gets the failure; none is
 // told its record is durable.
 func TestFsyncFailureReachesAllWaiters(t *testing.T) {
@@ -99,35 +121,151 @@ func TestFsyncFailureReachesAllWaiters(t *testing.T) {
 	}
 }
 
-// Running out of space fails the WAL with an error that is still ENOSPC,
-// and nothing reported durable is lost in a crash.
+// The ways a segment meets a full disk: at the create of the next segment
+// (reserved whole), at a reservation of the next step within one, and at a
+// write (no reservation at all).
+var spaceModes = []struct {
+	name        string
+	preallocate int64
+}{
+	{"whole-segment", 4 << 10},
+	{"step-1KiB", 1 << 10},
+	{"none", -1},
+}
+
+// fillDisk appends until the WAL runs out of space, which must be
+// ErrNoSpace (wrapping ENOSPC), not a failure. It returns the positions
+// acknowledged and the one whose SyncTo met the full disk (0 if none).
+func fillDisk(t *testing.T, w *WAL) (acked []uint64, queued uint64) {
+	t.Helper()
+	var err error
+	for i := 0; i < 1000 && err == nil; i++ {
+		var first uint64
+		first, err = w.Append(1, 1, payloadFor(w.Tail()+1, 1))
+		if err == nil {
+			if err = w.SyncTo(first); err != nil {
+				queued = first
+			} else {
+				acked = append(acked, first)
+			}
+		}
+	}
+	if !errors.Is(err, ErrNoSpace) || !errors.Is(err, syscall.ENOSPC) || errors.Is(err, ErrFailed) {
+		t.Fatalf("after %d records: %v, want ErrNoSpace and ENOSPC, not ErrFailed", len(acked), err)
+	}
+	return acked, queued
+}
+
+// Running out of space stops appends with ErrNoSpace, not a failure, and
+// Close, which must give up then, loses nothing reported durable.
 func TestNoSpace(t *testing.T) {
-	for _, budget := range []int64{0, 100, 5000, 20000} {
-		t.Run(fmt.Sprint(budget), func(t *testing.T) {
+	for _, mode := range spaceModes {
+		for _, budget := range []int64{0, 100, 5000, 20000} {
+			t.Run(fmt.Sprint(mode.name, "/", budget), func(t *testing.T) {
+				mem := vfs.NewStrictMem()
+				inj := &vfs.Injector{}
+				w := open(t, vfs.Inject(mem, inj), 1, segmentSize(4<<10), preallocate(mode.preallocate))
+				inj.NoSpaceAfter(budget)
+				acked, _ := fillDisk(t, w)
+				if err := w.Err(); err != nil {
+					t.Errorf("Err() = %v on a full disk; want nil: a full disk is not a failure", err)
+				}
+				if len(acked) > 0 {
+					if err := w.SyncTo(acked[len(acked)-1]); err != nil {
+						t.Errorf("SyncTo of a durable position on a full disk: %v", err)
+					}
+				}
+				if err := w.Close(); !errors.Is(err, syscall.ENOSPC) {
+					t.Errorf("Close: %v", err)
+				}
+				durableCheck(t, mem, acked, 2)
+			})
+		}
+	}
+}
+
+// waitSpace waits, up to d, for the WAL to stop waiting for space, on the
+// WAL's own condition variable.
+func waitSpace(t *testing.T, w *WAL, d time.Duration) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for w.full != nil && w.err == nil && !w.closed {
+			w.progress.Wait()
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+		w.mu.Lock()
+		w.progress.Broadcast() // the waiter sees the deadline no more; let Close end it
+		w.mu.Unlock()
+		t.Fatalf("the WAL still waits for space %v after space was freed: %v", d, w.NoSpace())
+	}
+}
+
+// Once space is back the WAL writes what it queued and takes appends
+// again by itself: the record whose SyncTo met the full disk becomes
+// durable at the position it was given, positions stay dense, and nothing
+// acknowledged is lost.
+func TestNoSpaceRecovers(t *testing.T) {
+	for _, mode := range spaceModes {
+		t.Run(mode.name, func(t *testing.T) {
 			mem := vfs.NewStrictMem()
 			inj := &vfs.Injector{}
-			w := open(t, vfs.Inject(mem, inj), 1, segmentSize(4<<10))
-			inj.NoSpaceAfter(budget)
-			var acked []uint64
-			var err error
-			for i := 0; i < 1000 && err == nil; i++ {
-				var first uint64
-				first, err = w.Append(1, 1, payloadFor(w.Tail()+1, 1))
-				if err == nil {
-					err = w.SyncTo(first)
+			w := open(t, vfs.Inject(mem, inj), 1, segmentSize(4<<10), preallocate(mode.preallocate))
+			inj.NoSpaceAfter(3000)
+			acked, queued := fillDisk(t, w)
+			if w.NoSpace() == nil {
+				t.Fatal("NoSpace() = nil while appends are refused for space")
+			}
+			if _, err := w.Append(1, 1, []byte("refused")); !errors.Is(err, ErrNoSpace) {
+				t.Fatalf("Append while out of space: %v, want ErrNoSpace", err)
+			}
+			inj.NoSpaceAfter(1 << 30)
+			waitSpace(t, w, 10*time.Second)
+			if queued != 0 {
+				if err := w.SyncTo(queued); err != nil {
+					t.Fatalf("SyncTo of the record queued on the full disk, once space is back: %v", err)
 				}
-				if err == nil {
-					acked = append(acked, first)
+				acked = append(acked, queued)
+			}
+			for range 20 { // across a roll or two
+				acked = append(acked, appendSynced(t, w, 1, 1, payloadFor(w.Tail()+1, 1)))
+			}
+			for i := 1; i < len(acked); i++ {
+				if acked[i] != acked[i-1]+1 {
+					t.Fatalf("positions %d then %d: not dense across the full disk", acked[i-1], acked[i])
 				}
 			}
-			if !errors.Is(err, syscall.ENOSPC) || !errors.Is(err, ErrFailed) {
-				t.Fatalf("after %d records: %v, want ENOSPC and ErrFailed", len(acked), err)
-			}
-			if err := w.Close(); !errors.Is(err, syscall.ENOSPC) {
-				t.Errorf("Close: %v", err)
-			}
+			mustClose(t, w)
 			durableCheck(t, mem, acked, 2)
 		})
+	}
+}
+
+// Preallocation reserves the segment in steps ahead of the write position:
+// a new segment reserves one step, not the whole segment.
+func TestPreallocateInSteps(t *testing.T) {
+	for _, c := range []struct {
+		step, segment, want int64
+	}{
+		{0, 64 << 20, DefaultPreallocate},
+		{1 << 20, 64 << 20, 1 << 20},
+		{64 << 20, 8 << 20, 8 << 20},
+		{-1, 64 << 20, 0},
+	} {
+		inj := &vfs.Injector{}
+		fs := vfs.Inject(vfs.NewStrictMem(), inj)
+		inj.NoSpaceAfter(1 << 40)
+		w := open(t, fs, 1, segmentSize(c.segment), preallocate(c.step))
+		if used := int64(1<<40) - inj.SpaceLeft(); used != c.want {
+			t.Errorf("step %d, segment %d: a new segment reserved %d bytes, want %d", c.step, c.segment, used, c.want)
+		}
+		mustClose(t, w)
 	}
 }
 

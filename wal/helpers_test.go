@@ -41,6 +41,8 @@ func testOptions(fs vfs.FS, epoch uint64, mod ...func(*Options)) Options {
 
 func segmentSize(n int64) func(*Options) { return func(o *Options) { o.SegmentSize = n } }
 
+func preallocate(n int64) func(*Options) { return func(o *Options) { o.Preallocate = n } }
+
 func compression(c Compression) func(*Options) { return func(o *Options) { o.Compression = c } }
 
 // textPayload returns n bytes of compressible text with a few random

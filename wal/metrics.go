@@ -13,6 +13,7 @@ type metrics struct {
 	bytesWritten  prometheus.Counter
 	records       prometheus.Counter
 	syncs         prometheus.Counter
+	noSpace       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -34,6 +35,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		syncs: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "writer_wal_syncs_total",
 			Help: "fsyncs of WAL segments; each may cover many SyncTo calls.",
+		})),
+		noSpace: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "writer_wal_out_of_space_total",
+			Help: "Times the WAL ran out of disk space and began waiting for space.",
 		})),
 	}
 }

@@ -79,7 +79,7 @@ func (w *WAL) open() error {
 		return err
 	}
 	w.segments = append(segs, seg)
-	w.active, w.file = seg, f
+	w.active, w.file, w.allocated = seg, f, w.firstStep()
 	return nil
 }
 

@@ -13,6 +13,11 @@ import (
 // DefaultSegmentSize is the roll threshold when Options.SegmentSize is 0.
 const DefaultSegmentSize = 64 << 20
 
+// DefaultPreallocate is the preallocation step when Options.Preallocate is
+// 0: small enough that many idle shards reserve little disk, large enough
+// that a busy one calls fallocate rarely.
+const DefaultPreallocate = 4 << 20
+
 // maxSegmentSize keeps a segment's offsets far from any overflow.
 const maxSegmentSize = 1 << 40
 
@@ -84,11 +89,16 @@ type Options struct {
 	// DefaultSegmentSize. A segment holds at most SegmentSize bytes unless
 	// one record alone is larger.
 	SegmentSize int64
-	// Preallocate reserves SegmentSize bytes for each new segment, which
-	// spares fdatasync the metadata commit of a growing file. It is always
-	// on: EnsureDefaults sets it, because a bool cannot tell "unset" from
-	// "off". It stays in Options so that callers may state it explicitly.
-	Preallocate bool
+	// Preallocate is the step, in bytes, in which the active segment's
+	// disk space is reserved (fallocate, keeping the visible size) ahead
+	// of the write position: a segment starts with one step and gains
+	// another whenever a write would pass the reserved end, never past
+	// SegmentSize (unless one record is larger). A full disk then shows
+	// as a failed reservation, before a byte of a record is written, and
+	// the WAL waits for space instead of failing (see ErrNoSpace). 0 means
+	// DefaultPreallocate; a negative value reserves nothing; a step of
+	// SegmentSize or more reserves each segment whole when it is created.
+	Preallocate int64
 	// Compression is the codec tried on every record payload; a payload is
 	// stored raw when the codec does not shrink it. Default None.
 	Compression Compression
@@ -108,7 +118,9 @@ func (o *Options) EnsureDefaults() {
 	if o.SegmentSize == 0 {
 		o.SegmentSize = DefaultSegmentSize
 	}
-	o.Preallocate = true
+	if o.Preallocate == 0 {
+		o.Preallocate = DefaultPreallocate
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -127,6 +139,7 @@ func (o *Options) Validate() error {
 	check(o.Epoch == 0, "epoch must be > 0")
 	check(o.SegmentSize < 0 || o.SegmentSize > maxSegmentSize,
 		"segment size %d out of range [0, %d]", o.SegmentSize, int64(maxSegmentSize))
+	check(o.Preallocate > maxSegmentSize, "preallocation step %d above %d", o.Preallocate, int64(maxSegmentSize))
 	check(!o.Compression.valid(), "unknown compression %d", uint8(o.Compression))
 	return errors.Join(errs...)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime"
+	"syscall"
 	"time"
 
 	"github.com/rollwal/rollwal/internal/vfs"
@@ -24,23 +25,23 @@ const maxSpare = 2 * maxUnwritten
 // job is one round of the syncer.
 type job struct {
 	b       *batch
+	next    int  // the first of b's records not yet written
 	sync    bool // someone waits for durability (or Close does)
 	closing bool // the last round
 }
+
+// The wait between attempts to write while the disk is full.
+const (
+	minSpaceRetry = 10 * time.Millisecond
+	maxSpaceRetry = time.Second
+)
 
 func (w *WAL) runSyncer() {
 	defer close(w.syncerDone)
 	defer w.closeFile()
 	for {
 		j, ok := w.nextJob()
-		if !ok {
-			return
-		}
-		if err := w.runJob(j); err != nil {
-			w.fail(err)
-			return
-		}
-		if j.closing {
+		if !ok || !w.complete(j) || j.closing {
 			return
 		}
 	}
@@ -48,16 +49,16 @@ func (w *WAL) runSyncer() {
 
 // nextJob waits for work and takes the pending batch. It reports false
 // once the WAL has failed: from then on nothing is written or synced.
-func (w *WAL) nextJob() (job, bool) {
+func (w *WAL) nextJob() (*job, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for w.err == nil && !w.closed && len(w.pending.data) == 0 && w.syncWanted <= w.synced {
 		w.work.Wait()
 	}
 	if w.err != nil {
-		return job{}, false
+		return nil, false
 	}
-	j := job{b: w.pending, sync: w.syncWanted > w.synced || w.closed, closing: w.closed}
+	j := &job{b: w.pending, sync: w.syncWanted > w.synced || w.closed, closing: w.closed}
 	w.pending = w.spare
 	if w.pending == nil {
 		w.pending = new(batch)
@@ -67,9 +68,103 @@ func (w *WAL) nextJob() (job, bool) {
 	return j, true
 }
 
+// complete runs j. While the disk is full it waits and tries again from the
+// first record not written, for as long as it takes, or until Close: a
+// full disk then, like any other failure, fails the WAL, and complete
+// reports false.
+func (w *WAL) complete(j *job) bool {
+	backoff := minSpaceRetry
+	for {
+		closing := w.isClosed()
+		err := w.runJob(j)
+		if err == nil {
+			w.spaceBack()
+			return true
+		}
+		if errors.Is(err, ErrNoSpace) && !closing {
+			err = w.syncWritten(err)
+		}
+		if !errors.Is(err, ErrNoSpace) || closing {
+			w.fail(err)
+			return false
+		}
+		w.outOfSpace(err)
+		w.awaitRetry(backoff)
+		backoff = min(2*backoff, maxSpaceRetry)
+	}
+}
+
+func (w *WAL) isClosed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.closed
+}
+
+// syncWritten syncs what was written to the active segment before the disk
+// filled, so that only the records not written wait for space. It returns
+// cause when the sync succeeds (or nothing needs one), the sync's error,
+// which is final, otherwise.
+func (w *WAL) syncWritten(cause error) error {
+	w.mu.Lock()
+	needSync := w.file != nil && w.written > w.synced
+	covered := w.written
+	w.mu.Unlock()
+	if needSync {
+		if err := w.syncFile(); err != nil {
+			return err
+		}
+	}
+	w.mu.Lock()
+	w.synced = max(w.synced, covered)
+	w.progress.Broadcast()
+	w.mu.Unlock()
+	return cause
+}
+
+// outOfSpace makes the WAL refuse appends while the syncer waits for
+// space, and answers the SyncTo callers waiting.
+func (w *WAL) outOfSpace(err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.full == nil {
+		w.m.noSpace.Inc()
+		w.log.Warn("wal out of disk space; appends are refused until the queued records are written", "dir", w.dir, "err", err)
+	}
+	w.full = err
+	w.progress.Broadcast()
+}
+
+// spaceBack ends a wait for space.
+func (w *WAL) spaceBack() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.full != nil {
+		w.full = nil
+		w.log.Info("wal has disk space again; appends resume", "dir", w.dir)
+		w.progress.Broadcast()
+	}
+}
+
+// awaitRetry waits d, or less if Close comes first.
+func (w *WAL) awaitRetry(d time.Duration) {
+	t := time.AfterFunc(d, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.retry = true
+		w.work.Signal()
+	})
+	defer t.Stop()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for !w.retry && !w.closed {
+		w.work.Wait()
+	}
+	w.retry = false
+}
+
 // runJob writes the job's records and syncs them if asked.
-func (w *WAL) runJob(j job) error {
-	if err := w.writeBatch(j.b); err != nil {
+func (w *WAL) runJob(j *job) error {
+	if err := w.writeBatch(j); err != nil {
 		return err
 	}
 	w.mu.Lock()
@@ -106,25 +201,33 @@ func (w *WAL) finishJob(b *batch, synced bool, covered uint64) {
 	w.progress.Broadcast()
 }
 
-// writeBatch writes b's records to the active segment, rolling to a new
-// segment before a record that would take the active one past
-// SegmentSize. Records are never split, and consecutive records bound for
-// one segment go out in one write.
-func (w *WAL) writeBatch(b *batch) error {
-	groupStart, recStart := 0, 0
-	for i, m := range b.marks {
-		if w.needsRoll(int64(recStart-groupStart), int64(m.end-recStart)) {
-			if err := w.writeGroup(b, groupStart, i); err != nil {
+// writeBatch writes j's records from j.next on to the active segment,
+// rolling to a new segment before a record that would take the active one
+// past SegmentSize, or first thing when a roll could not create the next
+// one. Records are never split, and consecutive records bound for one
+// segment go out in one write.
+func (w *WAL) writeBatch(j *job) error {
+	b, from := j.b, j.next
+	for i := j.next; i < len(b.marks); i++ {
+		if w.file == nil || w.needsRoll(b.start(i)-b.start(from), b.start(i+1)-b.start(i)) {
+			if err := w.writeRecords(j, i); err != nil {
 				return err
 			}
 			if err := w.roll(); err != nil {
 				return err
 			}
-			groupStart = recStart
+			from = i
 		}
-		recStart = m.end
 	}
-	return w.writeGroup(b, groupStart, len(b.marks))
+	return w.writeRecords(j, len(b.marks))
+}
+
+// start is the data offset of record i.
+func (b *batch) start(i int) int64 {
+	if i == 0 {
+		return 0
+	}
+	return int64(b.marks[i-1].end)
 }
 
 // needsRoll reports whether a record of recSize bytes must go to a new
@@ -134,21 +237,31 @@ func (w *WAL) needsRoll(unwritten, recSize int64) bool {
 	return used > 0 && used+recSize > w.opts.SegmentSize
 }
 
-// writeGroup writes the bytes of b's records [i, j) from data offset
-// start, and publishes the new end of the active segment.
-func (w *WAL) writeGroup(b *batch, start, j int) error {
-	if j == 0 || b.marks[j-1].end <= start {
+// writeRecords writes j's records from j.next up to k in one write, within
+// space reserved first, and publishes the new end of the active segment. A
+// full disk that left the file as it was is ErrNoSpace, to retry.
+func (w *WAL) writeRecords(j *job, k int) error {
+	b := j.b
+	if k <= j.next {
 		return nil
 	}
-	end := b.marks[j-1].end
-	n, err := w.file.Write(b.data[start:end])
+	data := b.data[b.start(j.next):b.start(k)]
+	if err := w.reserve(int64(len(data))); err != nil {
+		return err
+	}
+	n, err := w.file.Write(data)
 	w.fileSize += int64(n)
+	w.allocated = max(w.allocated, w.fileSize)
 	w.m.bytesWritten.Add(float64(n))
 	if err != nil {
-		return fmt.Errorf("write %s: %w", w.active.name, err)
+		err = fmt.Errorf("write %s: %w", w.active.name, err)
+		if n == 0 && errors.Is(err, syscall.ENOSPC) {
+			return noSpace(err)
+		}
+		return err
 	}
-	first := decodeHeader(b.data[start:]).FirstPos
-	last := b.marks[j-1].last
+	first, last := decodeHeader(data).FirstPos, b.marks[k-1].last
+	j.next = k
 
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -158,6 +271,42 @@ func (w *WAL) writeGroup(b *batch, start, j int) error {
 	w.active.last, w.active.size = last, w.fileSize
 	w.written = last
 	return nil
+}
+
+// reserve makes the n bytes about to be written fall within the active
+// segment's reserved space, reserving up to the next step boundary (never
+// past SegmentSize, unless one record is larger) if they do not. A full
+// disk shows here, before a byte of the records is written.
+func (w *WAL) reserve(n int64) error {
+	end := w.fileSize + n
+	if w.opts.Preallocate < 0 || end <= w.allocated {
+		return nil
+	}
+	step := w.opts.Preallocate
+	target := min((end+step-1)/step*step, max(w.opts.SegmentSize, end))
+	if err := w.file.Preallocate(w.allocated, target-w.allocated); err != nil {
+		return preallocError(w.active.name, err)
+	}
+	w.allocated = target
+	return nil
+}
+
+// firstStep is the space a new segment reserves at once.
+func (w *WAL) firstStep() int64 {
+	if w.opts.Preallocate < 0 {
+		return 0
+	}
+	return min(w.opts.Preallocate, w.opts.SegmentSize)
+}
+
+// preallocError names a failed reservation; ENOSPC is ErrNoSpace: nothing
+// was written.
+func preallocError(name string, err error) error {
+	err = fmt.Errorf("preallocate %s: %w", name, err)
+	if errors.Is(err, syscall.ENOSPC) {
+		return noSpace(err)
+	}
+	return err
 }
 
 // syncFile fsyncs the active segment. Its error is final: it is never
@@ -174,10 +323,30 @@ func (w *WAL) syncFile() error {
 	return nil
 }
 
-// roll seals the active segment and starts the next one. The sealed
-// segment is synced first, so that every segment but the last of an epoch
-// is complete on disk: Open relies on it to tell damage from a torn tail.
+// roll seals the active segment, unless a roll that could not create the
+// next one sealed it already, and starts the next one.
 func (w *WAL) roll() error {
+	if w.file != nil {
+		if err := w.seal(); err != nil {
+			return err
+		}
+	}
+	seg, f, err := w.createSegment(w.active.index + 1)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.segments = append(w.segments, seg)
+	w.active = seg
+	w.mu.Unlock()
+	w.file, w.fileSize, w.allocated = f, 0, w.firstStep()
+	return nil
+}
+
+// seal syncs and closes the active segment, so that every segment but the
+// last of an epoch is complete on disk: Open relies on it to tell damage
+// from a torn tail.
+func (w *WAL) seal() error {
 	if err := w.syncFile(); err != nil {
 		return err
 	}
@@ -189,49 +358,54 @@ func (w *WAL) roll() error {
 		return fmt.Errorf("close %s: %w", w.active.name, err)
 	}
 	w.file = nil
-	seg, f, err := w.createSegment(w.active.index + 1)
-	if err != nil {
-		return err
-	}
-	w.mu.Lock()
-	w.segments = append(w.segments, seg)
-	w.active = seg
-	w.mu.Unlock()
-	w.file, w.fileSize = f, 0
 	return nil
 }
 
 // createSegment creates the segment of Options.Epoch with the given index,
-// preallocates it and syncs the directory, so that the new file's entry is
-// durable before any record in it is reported durable.
+// reserves its first step and syncs the directory, so that the new file's
+// entry is durable before any record in it is reported durable. A full
+// disk (at the create or the reservation) is ErrNoSpace and leaves no
+// file behind, so that a retry creates it again.
 func (w *WAL) createSegment(index uint64) (*segment, vfs.File, error) {
 	if index > maxSegmentIndex {
 		return nil, nil, fmt.Errorf("wal: epoch %d has used all %d segment indexes", w.opts.Epoch, maxSegmentIndex)
 	}
 	name := segmentName(w.opts.Epoch, index)
+	path := filepath.Join(w.dir, name)
 	// Create truncates: a segment that exists belongs to another writer of
 	// this epoch (a claim race lost without knowing it), whose acknowledged
 	// records must never be cut.
-	if _, err := w.fs.Stat(filepath.Join(w.dir, name)); err == nil {
+	if _, err := w.fs.Stat(path); err == nil {
 		return nil, nil, fmt.Errorf("create segment: %s already exists: another writer holds epoch %d", name, w.opts.Epoch)
 	}
-	f, err := w.fs.Create(filepath.Join(w.dir, name))
+	f, err := w.fs.Create(path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("create segment: %w", err)
+		err = fmt.Errorf("create segment: %w", err)
+		if errors.Is(err, syscall.ENOSPC) {
+			err = noSpace(err)
+		}
+		return nil, nil, err
 	}
-	if err := w.prepareSegment(f); err != nil {
+	if n := w.firstStep(); n > 0 {
+		if err := f.Preallocate(0, n); err != nil {
+			return nil, nil, w.abandon(f, path, preallocError(name, err))
+		}
+	}
+	if err := vfs.SyncDir(w.fs, w.dir); err != nil {
 		return nil, nil, errors.Join(err, f.Close())
 	}
 	return &segment{epoch: w.opts.Epoch, index: index, name: name}, f, nil
 }
 
-func (w *WAL) prepareSegment(f vfs.File) error {
-	if w.opts.Preallocate {
-		if err := f.Preallocate(0, w.opts.SegmentSize); err != nil {
-			return fmt.Errorf("preallocate segment: %w", err)
-		}
+// abandon closes and removes a new segment that could not reserve space:
+// it is empty and ours, and the retry would take it for another writer's.
+// If it cannot be removed, the failure is no longer one to retry.
+func (w *WAL) abandon(f vfs.File, path string, err error) error {
+	cerr, rerr := f.Close(), w.fs.Remove(path)
+	if rerr != nil {
+		return fmt.Errorf("%v; and removing the new segment failed: %w", err, errors.Join(rerr, cerr))
 	}
-	return vfs.SyncDir(w.fs, w.dir)
+	return err
 }
 
 // closeFile closes the active segment when the syncer stops.

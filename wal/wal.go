@@ -48,12 +48,17 @@ type WAL struct {
 	syncWanted uint64 // highest position a SyncTo caller waits for
 	closed     bool
 	err        error // the failure, wrapping ErrFailed; permanent
+	// full is why the syncer waits for disk space (wrapping ErrNoSpace),
+	// or nil; it clears once the records it could not write are written.
+	full  error
+	retry bool // the syncer's wait for space is over: try again
 
 	removeMu sync.Mutex // serializes RemoveThrough
 
 	// Owned by the syncer goroutine once Open returns.
-	file       vfs.File // the active segment
+	file       vfs.File // the active segment; nil after a roll that could not create the next
 	fileSize   int64    // bytes written to file
+	allocated  int64    // bytes of file reserved by Preallocate
 	syncerDone chan struct{}
 }
 
@@ -88,6 +93,14 @@ func (w *WAL) Err() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.err
+}
+
+// NoSpace returns, while the WAL waits for disk space, an error wrapping
+// ErrNoSpace and its cause; nil otherwise.
+func (w *WAL) NoSpace() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.full
 }
 
 // Append frames a record covering count positions and queues it for
@@ -187,8 +200,17 @@ func (w *WAL) waitForSpace(n int) error {
 	}
 }
 
-// usable returns why the WAL cannot take calls, or nil. Callers hold mu.
+// usable returns why the WAL cannot take appends, or nil. Callers hold mu.
 func (w *WAL) usable() error {
+	if err := w.callable(); err != nil {
+		return err
+	}
+	return w.full
+}
+
+// callable returns why the WAL can take no call at all, or nil. Callers
+// hold mu.
+func (w *WAL) callable() error {
 	if w.err != nil {
 		return w.err
 	}
@@ -203,28 +225,32 @@ func (w *WAL) usable() error {
 // directory entry was synced when it was created. Positions beyond Tail()
 // are not waited for. Concurrent callers share fsyncs: one fsync covers
 // every record written before it started (group commit). After a failure
-// it returns an error wrapping ErrFailed and the cause.
+// it returns an error wrapping ErrFailed and the cause. While the WAL waits
+// for disk space, a position not yet durable is answered at once with an
+// error wrapping ErrNoSpace: its record is queued and becomes durable once
+// space is back, so the caller may not report it lost, only not durable
+// yet.
 func (w *WAL) SyncTo(pos uint64) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if err := w.usable(); err != nil {
+	if err := w.callable(); err != nil {
 		return err
 	}
 	pos = min(pos, w.assigned)
-	if pos <= w.synced {
-		return nil
-	}
-	if pos > w.syncWanted {
-		w.syncWanted = pos
-		w.work.Signal()
-	}
-	for w.synced < pos && w.err == nil {
+	for w.synced < pos {
+		if w.err != nil {
+			return w.err
+		}
+		if w.full != nil {
+			return w.full
+		}
+		if pos > w.syncWanted {
+			w.syncWanted = pos
+			w.work.Signal()
+		}
 		w.progress.Wait()
 	}
-	if w.synced >= pos {
-		return nil
-	}
-	return w.err
+	return nil
 }
 
 // Close writes and syncs every record appended, stops the syncer and

@@ -609,8 +609,8 @@ func TestMetrics(t *testing.T) {
 			got[f.GetName()] = float64(m.GetHistogram().GetSampleCount())
 		}
 	}
-	if len(got) != 4 {
-		t.Errorf("gathered %v, want 4 metrics", got)
+	if len(got) != 5 {
+		t.Errorf("gathered %v, want 5 metrics", got)
 	}
 	if n := got["writer_wal_records_total"]; n != 10 {
 		t.Errorf("writer_wal_records_total = %v, want 10", n)

@@ -110,10 +110,20 @@ func (inj *Injector) CrashAt(k int64) {
 
 // NoSpaceAfter lets writes total at most bytes from now on; a write that
 // does not fit fails whole with ENOSPC, and later writes that fit succeed.
+// Preallocate takes space too, as fallocate does: it fails with ENOSPC when
+// the range does not fit, and a write into a reserved range takes nothing
+// more. A later call replaces the budget: a test frees space by raising it.
 func (inj *Injector) NoSpaceAfter(bytes int64) {
 	inj.mu.Lock()
 	defer inj.mu.Unlock()
 	inj.limited, inj.spaceLeft = true, bytes
+}
+
+// SpaceLeft is what is left of the budget NoSpaceAfter set.
+func (inj *Injector) SpaceLeft() int64 {
+	inj.mu.Lock()
+	defer inj.mu.Unlock()
+	return inj.spaceLeft
 }
 
 // before counts an operation of kind and returns the error to fail it
@@ -148,25 +158,25 @@ func (inj *Injector) alive() error {
 }
 
 // reserve takes n bytes of the space budget, or answers ENOSPC.
-func (inj *Injector) reserve(n int) error {
+func (inj *Injector) reserve(n int64) error {
 	inj.mu.Lock()
 	defer inj.mu.Unlock()
-	if !inj.limited {
+	if !inj.limited || n == 0 {
 		return nil
 	}
-	if int64(n) > inj.spaceLeft {
+	if n > inj.spaceLeft {
 		return syscall.ENOSPC
 	}
-	inj.spaceLeft -= int64(n)
+	inj.spaceLeft -= n
 	return nil
 }
 
 // release returns n reserved bytes that were not written.
-func (inj *Injector) release(n int) {
+func (inj *Injector) release(n int64) {
 	inj.mu.Lock()
 	defer inj.mu.Unlock()
 	if inj.limited {
-		inj.spaceLeft += int64(n)
+		inj.spaceLeft += n
 	}
 }
 
@@ -207,7 +217,11 @@ func (fs *injFS) wrap(name string) func(File, error) (File, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &injFile{File: f, inj: fs.inj, name: name}, nil
+		jf := &injFile{File: f, inj: fs.inj, name: name}
+		if info, err := f.Stat(); err == nil && !info.IsDir() {
+			jf.allocated = info.Size() // what a file holds is allocated already
+		}
+		return jf, nil
 	}
 }
 
@@ -256,12 +270,19 @@ func (fs *injFS) Stat(name string) (os.FileInfo, error) {
 	return fs.fs.Stat(name)
 }
 
-// injFile is a File of an injFS.
+// injFile is a File of an injFS. pos mirrors the file offset and
+// allocated is the end of the bytes written or reserved, so that writes
+// into a preallocated range take no space from the budget.
 type injFile struct {
 	File
-	inj  *Injector
-	name string
+	inj       *Injector
+	name      string
+	pos       int64
+	allocated int64
 }
+
+// charge is how many bytes of [off, off+n) are not allocated yet.
+func (f *injFile) charge(off, n int64) int64 { return max(0, off+n-max(off, f.allocated)) }
 
 func (f *injFile) fail(op string, err error) error { return pathErr(op, f.name, err) }
 
@@ -269,7 +290,9 @@ func (f *injFile) Read(p []byte) (int, error) {
 	if err := f.inj.alive(); err != nil {
 		return 0, f.fail("read", err)
 	}
-	return f.File.Read(p)
+	n, err := f.File.Read(p)
+	f.pos += int64(n)
+	return n, err
 }
 
 func (f *injFile) ReadAt(p []byte, off int64) (int, error) {
@@ -283,11 +306,14 @@ func (f *injFile) Write(p []byte) (int, error) {
 	if err := f.inj.before(OpWrite); err != nil {
 		return 0, f.fail("write", err)
 	}
-	if err := f.inj.reserve(len(p)); err != nil {
+	charge := f.charge(f.pos, int64(len(p)))
+	if err := f.inj.reserve(charge); err != nil {
 		return 0, f.fail("write", err)
 	}
 	n, err := f.File.Write(p)
-	f.inj.release(len(p) - n)
+	f.inj.release(charge - f.charge(f.pos, int64(n)))
+	f.pos += int64(n)
+	f.allocated = max(f.allocated, f.pos)
 	return n, err
 }
 
@@ -316,7 +342,16 @@ func (f *injFile) Preallocate(off, n int64) error {
 	if err := f.inj.alive(); err != nil {
 		return f.fail("fallocate", err)
 	}
-	return f.File.Preallocate(off, n)
+	charge := f.charge(off, n)
+	if err := f.inj.reserve(charge); err != nil {
+		return f.fail("fallocate", err)
+	}
+	if err := f.File.Preallocate(off, n); err != nil {
+		f.inj.release(charge)
+		return err
+	}
+	f.allocated = max(f.allocated, off+n)
+	return nil
 }
 
 // Close always closes the underlying file, so a crashed test leaks no

@@ -332,6 +332,32 @@ func TestNoSpaceAfter(t *testing.T) {
 	}
 }
 
+// Under a space budget Preallocate reserves space as fallocate does:
+// writes into the reserved range take none, a range that does not fit
+// fails with ENOSPC, and raising the budget frees space again.
+func TestNoSpacePreallocate(t *testing.T) {
+	inj := &vfs.Injector{}
+	fs := vfs.Inject(vfs.NewStrictMem(), inj)
+	h := fsHelper{t, fs}
+	f := h.create("/f")
+	inj.NoSpaceAfter(8)
+	h.ok(f.Preallocate(0, 6))
+	h.write(f, "abcdef") // reserved: takes nothing more
+	if err := f.Preallocate(6, 4); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Preallocate past the budget: %v, want ENOSPC", err)
+	}
+	h.write(f, "gh") // the 2 bytes left
+	if _, err := io.WriteString(f, "i"); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("write on a full disk: %v, want ENOSPC", err)
+	}
+	inj.NoSpaceAfter(1 << 20)
+	h.ok(f.Preallocate(8, 4))
+	h.write(f, "ijkl")
+	if got := h.read("/f"); got != "abcdefghijkl" {
+		t.Errorf("/f = %q", got)
+	}
+}
+
 // TestInjectorConcurrentCounts checks that counting loses nothing when
 // many goroutines write at once (run with -race).
 func TestInjectorConcurrentCounts(t *testing.T) {
