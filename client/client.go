@@ -52,6 +52,11 @@ type Options struct {
 	// first attempt is still in the writer's memtable, and concurrent
 	// Appends to one shard are not serialized.
 	NoSession bool
+	// Token, when set, is sent on every request as a bearer token
+	// ("Authorization: Bearer <Token>"): the writer's ingest token (or its
+	// admin token). A writer that needs one answers 401 without it, which
+	// matches ErrUnauthorized.
+	Token string
 }
 
 // Source names the upstream position that an append covers.
@@ -274,6 +279,9 @@ func (c *Client) once(ctx context.Context, method, u string, body []byte, out an
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", ContentTypeNDJSON)
+	}
+	if c.opts.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.opts.Token)
 	}
 	resp, err := c.opts.HTTPClient.Do(req)
 	if err != nil {

@@ -25,6 +25,12 @@ type writer struct {
 
 func newWriter(t *testing.T, wrap func(http.Handler) http.Handler) *writer {
 	t.Helper()
+	return newWriterWith(t, wrap, nil)
+}
+
+// newWriterWith is newWriter with the server's options changed by edit.
+func newWriterWith(t *testing.T, wrap func(http.Handler) http.Handler, edit func(*server.Options)) *writer {
+	t.Helper()
 	host, err := engine.NewHost(engine.Options{
 		DataDir: "/data", FS: vfs.NewStrictMem(), Table: etcdtest.Name(t, "", 100), Etcd: etcd.Server(t).Client(),
 		WALSegmentSize: 64 << 10, FlushAge: -1, MemoryBudget: 64 << 20, MaxBatchRows: 1000,
@@ -44,7 +50,11 @@ func newWriter(t *testing.T, wrap func(http.Handler) http.Handler) *writer {
 			t.Fatal(err)
 		}
 	}
-	srv := server.New(server.Options{Host: host, Shards: []string{"s0", "s1"}})
+	opts := server.Options{Host: host, Shards: []string{"s0", "s1"}}
+	if edit != nil {
+		edit(&opts)
+	}
+	srv := server.New(opts)
 	srv.SetReady(true)
 	var h http.Handler = srv
 	if wrap != nil {

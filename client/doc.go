@@ -112,7 +112,7 @@
 // # Retries
 //
 // The client retries promptly and a bounded number of times: on network
-// errors and cut connections, 429, 502, 503 and 504, up to
+// errors and cut connections, 408, 429, 502, 503 and 504, up to
 // Options.MaxRetries times, waiting an exponentially growing, jittered
 // backoff between Options.MinBackoff and Options.MaxBackoff (jitter keeps
 // many producers from retrying in lockstep). A retry of a session's batch
@@ -134,6 +134,8 @@
 //     "sequence": see Producer sessions.
 //   - 413: ErrTooLarge: split the batch.
 //   - 429 "too_many_producers": ErrTooManyProducers.
+//   - 401 and 403: ErrUnauthorized: set Options.Token to the writer's
+//     ingest token.
 //   - 404 and others: a *StatusError.
 //
 // Errors after which the rows may or may not be stored match
@@ -141,7 +143,8 @@
 //
 // # Backpressure
 //
-// A writer whose memory budget is exhausted answers 429 with Retry-After:
+// A writer whose memory budget is exhausted, or that holds as many request
+// bodies in flight as it may ("inflight_limit"), answers 429 with Retry-After:
 // the client waits at least that long (bounded by MaxBackoff) before the
 // retry. Out of retries, the error matches ErrBackpressure. A Batcher
 // passes backpressure on to the producer: once BatcherOptions.MaxPending

@@ -28,6 +28,10 @@ var (
 	// (after days, by default). Use fewer Clients (one per process), or
 	// Options.NoSession.
 	ErrTooManyProducers = errors.New("rollwal client: the shard has no room for another producer session")
+	// ErrUnauthorized (401, 403): the writer needs a bearer token
+	// (Options.Token) and got none, one it does not accept, or an ingest
+	// token where it needs the admin token. Not retried; nothing was stored.
+	ErrUnauthorized = errors.New("rollwal client: the writer refused the request's token")
 )
 
 // ErrSequence is matched by a *SequenceError.
@@ -94,6 +98,8 @@ func (e *StatusError) Is(target error) bool {
 		return e.Status == http.StatusTooManyRequests && e.Code == codeTooManyProducers
 	case ErrUnavailable:
 		return e.Status == http.StatusBadGateway || e.Status == http.StatusServiceUnavailable || e.Status == http.StatusGatewayTimeout
+	case ErrUnauthorized:
+		return e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden
 	}
 	return false
 }
@@ -187,8 +193,12 @@ func parseRetryAfter(v string) time.Duration {
 
 func retryable(err error) bool {
 	var te *transportError
-	if errors.As(err, &te) {
+	var se *StatusError
+	switch {
+	case errors.As(err, &te):
 		return true
+	case errors.As(err, &se) && se.Status == http.StatusRequestTimeout:
+		return true // the body came too slowly; nothing was stored
 	}
 	return errors.Is(err, ErrBackpressure) || errors.Is(err, ErrUnavailable)
 }
@@ -210,9 +220,9 @@ func refusal(err error) (refused, always bool) {
 		return true, false
 	case errors.As(err, &se):
 		switch se.Status {
-		case http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType:
+		case http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType, http.StatusUnauthorized, http.StatusForbidden:
 			return true, true
-		case http.StatusNotFound, http.StatusTooManyRequests:
+		case http.StatusNotFound, http.StatusTooManyRequests, http.StatusRequestTimeout:
 			return true, false
 		case http.StatusConflict:
 			return se.Code == codeNotOwner, false

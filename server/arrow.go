@@ -97,10 +97,13 @@ func (a *arrowRows) locate(re *schema.RowError) (apiError, bool) {
 // arrowLimits bound the decoding of one stream: body the bytes of one
 // message, decoded the uncompressed bytes of all buffers of all record
 // batches (checked against what compressed buffers declare before any is
-// decompressed), rows the rows.
+// decompressed), rows the rows. size is the request's Content-Length, 0 or
+// less when unknown: a message that fits in it is read into a buffer of
+// its size at once.
 type arrowLimits struct {
 	body, decoded int64
 	rows          int
+	size          int64
 }
 
 // decodeArrow reads an Arrow IPC stream whose columns are "id" and table
@@ -123,7 +126,7 @@ func decodeArrow(body io.Reader, mem memory.Allocator, lim arrowLimits) (out *ar
 	// lim.decoded before arrow-go decompresses any; the allocator bounds
 	// what is live at once as well, at four times the body limit.
 	mem = &limitedAllocator{Allocator: mem, limit: 4 * lim.body}
-	rd, err := ipc.NewReaderFromMessageReader(newGuardedReader(body, lim.body, lim.decoded), ipc.WithAllocator(mem))
+	rd, err := ipc.NewReaderFromMessageReader(newGuardedReader(body, lim.body, lim.decoded, lim.size), ipc.WithAllocator(mem))
 	if err != nil {
 		return nil, &arrowError{batch: -1, row: -1, err: fmt.Errorf("not an Arrow IPC stream: %w", err)}
 	}

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -36,12 +35,18 @@ type guardedReader struct {
 	// budget bounds the uncompressed bytes of the buffers of all record
 	// batches; decoded is what the batches read so far declare.
 	budget, decoded int64
-	msg             *ipc.Message
-	refs            atomic.Int64
+	// left is what the request's Content-Length says is still to come,
+	// -1 when it declared none.
+	left int64
+	msg  *ipc.Message
+	refs atomic.Int64
 }
 
-func newGuardedReader(r io.Reader, limit, budget int64) *guardedReader {
-	g := &guardedReader{r: r, limit: limit, budget: budget}
+func newGuardedReader(r io.Reader, limit, budget, size int64) *guardedReader {
+	g := &guardedReader{r: r, limit: limit, budget: budget, left: -1}
+	if size > 0 {
+		g.left = size
+	}
 	g.refs.Add(1)
 	return g
 }
@@ -96,6 +101,7 @@ func (g *guardedReader) metadataLen() (int32, error) {
 		}
 		return 0, fmt.Errorf("reading a message prefix: %w", err)
 	}
+	g.consumed(4)
 	switch binary.LittleEndian.Uint32(b[:4]) {
 	case 0: // the legacy end-of-stream marker
 		return 0, io.EOF
@@ -106,6 +112,7 @@ func (g *guardedReader) metadataLen() (int32, error) {
 	if _, err := io.ReadFull(g.r, b[4:]); err != nil {
 		return 0, fmt.Errorf("reading a message length: %w", noEOF(err))
 	}
+	g.consumed(4)
 	n := int32(binary.LittleEndian.Uint32(b[4:]))
 	switch {
 	case n == 0:
@@ -118,8 +125,10 @@ func (g *guardedReader) metadataLen() (int32, error) {
 	return n, nil
 }
 
-// read reads n bytes, growing with what arrives rather than with what the
-// stream claims.
+// read reads n bytes. Where the request declared its length and n fits in
+// what is left of it, the buffer is allocated at its size: the request
+// reserved those bytes before it was admitted. Otherwise it grows with
+// what arrives rather than with what the stream claims.
 func (g *guardedReader) read(n int64, what string) ([]byte, error) {
 	if n < 0 {
 		return nil, fmt.Errorf("%s length %d is negative", what, n)
@@ -127,11 +136,45 @@ func (g *guardedReader) read(n int64, what string) ([]byte, error) {
 	if n > g.limit {
 		return nil, fmt.Errorf("%w: %s of %d bytes, the limit is %d", errMessageTooLarge, what, n, g.limit)
 	}
-	var buf bytes.Buffer
-	if _, err := io.CopyN(&buf, g.r, n); err != nil {
+	var buf []byte
+	var err error
+	if n <= g.left {
+		buf = make([]byte, n)
+		_, err = io.ReadFull(g.r, buf)
+	} else {
+		buf, err = readGrowing(g.r, n)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("reading the %s: %w", what, noEOF(err))
 	}
-	return buf.Bytes(), nil
+	g.consumed(n)
+	return buf, nil
+}
+
+// consumed counts n bytes off what the request has left to send.
+func (g *guardedReader) consumed(n int64) {
+	if g.left >= 0 {
+		g.left = max(g.left-n, 0)
+	}
+}
+
+// readGrowing reads n bytes into a buffer that doubles, from 64 KiB, as
+// they arrive, to exactly n: it allocates about 2 n in all and holds at
+// most 1.5 n while it grows.
+func readGrowing(r io.Reader, n int64) ([]byte, error) {
+	buf := make([]byte, min(n, 64<<10))
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return nil, err
+	}
+	for int64(len(buf)) < n {
+		next := make([]byte, min(n, 2*int64(len(buf))))
+		copy(next, buf)
+		if _, err := io.ReadFull(r, next[len(buf):]); err != nil {
+			return nil, err
+		}
+		buf = next
+	}
+	return buf, nil
 }
 
 func noEOF(err error) error {

@@ -66,7 +66,7 @@ func decodeNDJSON(body io.Reader, maxRows int, maxBytes int64) (rows []schema.Ro
 	br := bufio.NewReaderSize(body, 64<<10)
 	var size int64
 	for line := 1; ; line++ {
-		b, err := br.ReadBytes('\n')
+		b, err := readLine(br)
 		if err != nil && err != io.EOF {
 			return nil, nil, &parseError{err: err}
 		}
@@ -91,6 +91,20 @@ func decodeNDJSON(body io.Reader, maxRows int, maxBytes int64) (rows []schema.Ro
 			return rows, lines, nil
 		}
 	}
+}
+
+// readLine returns the next line. One that fits in br's buffer is not
+// copied: the slice points into the buffer and is valid until the next
+// read, which decodeLine allows, since no row it returns refers to the
+// line's bytes.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	if err != bufio.ErrBufferFull {
+		return line, err
+	}
+	long := bytes.Clone(line)
+	rest, err := br.ReadBytes('\n')
+	return append(long, rest...), err
 }
 
 // decodeLine decodes one trimmed, non-empty line into a row and the bytes

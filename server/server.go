@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,7 +63,38 @@ type Options struct {
 	// record cannot be stored, so decoding it is refused with 413 before
 	// it costs that memory.
 	MaxDecodedBytes int64
+	// MaxInflightBytes bounds the body bytes that ingest requests in
+	// flight reserve together (see inflight.go); default
+	// DefaultMaxInflightBytes, and never below MaxBodyBytes, so that a body
+	// of any size accepted can be admitted.
+	MaxInflightBytes int64
+	// MaxInflightRequests bounds the ingest requests in flight; default
+	// one per MiB of MaxInflightBytes, at least 16.
+	MaxInflightRequests int
+	// InflightWait bounds how long a request waits for room within those
+	// limits before it is answered 429 inflight_limit; default
+	// DefaultInflightWait, negative refuses at once.
+	InflightWait time.Duration
+	// HTTP bounds the connections of the listeners (HTTPServer, Listener).
+	HTTP HTTPOptions
+	// IngestTokens, when any is set, are the bearer tokens that ingest and
+	// the reads of /v1/ need; AdminTokens, when any is set, those that
+	// flush needs (see auth.go). Probes and /metrics need none.
+	IngestTokens, AdminTokens []string
 }
+
+// DefaultMaxInflightBytes is one eighth of the engine's default memory
+// budget (512 MiB). A request in flight costs about three times its body:
+// its rows (1.4 times the body for 1 KiB-class NDJSON rows), the WAL
+// record the engine encodes from them (about the body again) and, until
+// the next collection, the garbage of decoding; so ingest adds some 3/8 of
+// the budget at most. It equals DefaultMaxBodyBytes: one request of the
+// largest size, or many smaller ones, at a time.
+const DefaultMaxInflightBytes = 64 << 20
+
+// InflightBytesFor is the default MaxInflightBytes for an engine memory
+// budget: one eighth of it, and at least the body limit.
+func InflightBytesFor(budget, maxBody int64) int64 { return max(budget/8, maxBody) }
 
 // Server is an http.Handler over a Host.
 type Server struct {
@@ -71,9 +103,20 @@ type Server struct {
 	ready  atomic.Bool
 	hosted map[string]bool
 
-	probeMu  sync.Mutex
-	inflight map[*engine.Shard]*probe
-	last     map[*engine.Shard]string
+	probeMu sync.Mutex
+	probing map[*engine.Shard]*probe
+	last    map[*engine.Shard]string
+
+	inflight   *inflight
+	conns      *connCount // of the ingest listener
+	probeConns *connCount
+	tokens     tokens
+	probes     *http.ServeMux // /livez, /readyz, /metrics
+
+	// readyMu guards reason, the last answer of /readyz ("" ready), whose
+	// changes alone are logged above DEBUG.
+	readyMu sync.Mutex
+	reason  string
 }
 
 // probe is one in-flight Status call made for readiness.
@@ -88,39 +131,59 @@ const probeWait = 300 * time.Millisecond
 
 // New returns a server that is not ready until SetReady(true).
 func New(opts Options) *Server {
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.Registry == nil {
-		opts.Registry = prometheus.NewRegistry()
-	}
-	if opts.MaxBodyBytes <= 0 {
-		opts.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if opts.MaxRows <= 0 {
-		opts.MaxRows = DefaultMaxRows
-	}
-	if opts.MaxDecodedBytes <= 0 {
-		opts.MaxDecodedBytes = wal.MaxPayloadSize
-	}
+	opts.ensureDefaults()
 	s := &Server{opts: opts, mux: http.NewServeMux(), hosted: map[string]bool{},
-		inflight: map[*engine.Shard]*probe{}, last: map[*engine.Shard]string{}}
+		probing: map[*engine.Shard]*probe{}, last: map[*engine.Shard]string{},
+		inflight: newInflight(opts.MaxInflightBytes, int64(opts.MaxInflightRequests), opts.InflightWait, opts.Registry),
+		tokens:   newTokens(opts.IngestTokens, opts.AdminTokens), probes: http.NewServeMux(), reason: "not started"}
+	s.conns, s.probeConns = newConnCounts(opts.Registry)
 	for _, name := range opts.Shards {
 		s.hosted[name] = true
 	}
-	s.mux.HandleFunc("POST /v1/shards/{shard}/rows", s.handleRows)
-	s.mux.HandleFunc("POST /v1/shards/{shard}/flush", s.handleFlush)
-	s.mux.HandleFunc("GET /v1/shards/{shard}", s.handleStatus)
-	s.mux.HandleFunc("GET /v1/shards/{shard}/producers/{producer}", s.handleProducer)
-	s.mux.HandleFunc("GET /v1/shards", s.handleList)
-	s.mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		io.WriteString(w, "ok\n")
-	})
-	s.mux.HandleFunc("GET /readyz", s.handleReady)
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{Registry: opts.Registry}))
+	s.mux.HandleFunc("POST /v1/shards/{shard}/rows", s.authorize(scopeIngest, s.handleRows))
+	s.mux.HandleFunc("POST /v1/shards/{shard}/flush", s.authorize(scopeAdmin, s.handleFlush))
+	s.mux.HandleFunc("GET /v1/shards/{shard}", s.authorize(scopeIngest, s.handleStatus))
+	s.mux.HandleFunc("GET /v1/shards/{shard}/producers/{producer}", s.authorize(scopeIngest, s.handleProducer))
+	s.mux.HandleFunc("GET /v1/shards", s.authorize(scopeIngest, s.handleList))
+	opts.Logger.Info("http limits", "max_body_bytes", opts.MaxBodyBytes, "max_inflight_bytes", opts.MaxInflightBytes,
+		"max_inflight_requests", opts.MaxInflightRequests, "max_conns", opts.HTTP.MaxConns,
+		"ingest_tokens", len(opts.IngestTokens), "admin_tokens", len(opts.AdminTokens))
+	for _, mux := range []*http.ServeMux{s.mux, s.probes} {
+		mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			io.WriteString(w, "ok\n")
+		})
+		mux.HandleFunc("GET /readyz", s.handleReady)
+		mux.Handle("GET /metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{Registry: opts.Registry}))
+	}
 	return s
 }
+
+func (o *Options) ensureDefaults() {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Registry == nil {
+		o.Registry = prometheus.NewRegistry()
+	}
+	setDefault(&o.MaxBodyBytes, DefaultMaxBodyBytes)
+	setDefault(&o.MaxRows, DefaultMaxRows)
+	setDefault(&o.MaxDecodedBytes, wal.MaxPayloadSize)
+	setDefault(&o.MaxInflightBytes, DefaultMaxInflightBytes)
+	o.MaxInflightBytes = max(o.MaxInflightBytes, o.MaxBodyBytes)
+	setDefault(&o.MaxInflightRequests, max(16, int(o.MaxInflightBytes>>20)))
+	switch {
+	case o.InflightWait == 0:
+		o.InflightWait = DefaultInflightWait
+	case o.InflightWait < 0:
+		o.InflightWait = 0
+	}
+	o.HTTP.ensureDefaults()
+}
+
+// Inflight returns what ingest requests in flight hold now, and the most
+// they held at once.
+func (s *Server) Inflight() InflightStats { return s.inflight.stats() }
 
 // SetReady marks the server ready (after every shard replayed) or unready
 // (at shutdown).
@@ -168,6 +231,9 @@ const (
 	codeTooManyProducers = "too_many_producers" // 429: the shard's producer limit; no Retry-After
 	codeTooLarge         = "too_large"          // 413: too many rows or bytes for one request or one WAL record
 	codeStopped          = "stopped"            // 503: the shard stopped taking writes
+	codeDiskFull         = "disk_full"          // 503: the shard waits for disk space (it recovers by itself); Retry-After
+	codeInflightLimit    = "inflight_limit"     // 429: the in-flight ingest bytes or requests are at their limit; Retry-After
+	codeBodyTimeout      = "body_timeout"       // 408: the body did not arrive within the body read timeout
 )
 
 // AppendResponse answers a successful ingest.
@@ -196,16 +262,25 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
+// fail answers a refused request; a 5xx, which producers take as an
+// unknown outcome, is logged at WARN, the rest at DEBUG.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, code int, e apiError) {
-	// A producer refused for the shard's producer limit gets no
-	// Retry-After: a slot frees only when some producer's state expires
-	// (days, by default), so a retry a second later would be refused again.
-	if code == http.StatusTooManyRequests && e.Code != codeTooManyProducers {
-		w.Header().Set("Retry-After", "1")
-	}
 	level := slog.LevelDebug
 	if code >= 500 {
 		level = slog.LevelWarn
+	}
+	s.failAt(w, r, level, code, e)
+}
+
+func (s *Server) failAt(w http.ResponseWriter, r *http.Request, level slog.Level, code int, e apiError) {
+	// A producer refused for the shard's producer limit gets no
+	// Retry-After: a slot frees only when some producer's state expires
+	// (days, by default), so a retry a second later would be refused again.
+	switch {
+	case code == http.StatusTooManyRequests && e.Code != codeTooManyProducers:
+		w.Header().Set("Retry-After", "1")
+	case e.Code == codeDiskFull:
+		w.Header().Set("Retry-After", "5")
 	}
 	s.opts.Logger.Log(r.Context(), level, "request failed", "method", r.Method, "path", r.URL.Path, "status", code, "err", e.Error)
 	writeJSON(w, code, e)
@@ -252,15 +327,13 @@ func (s *Server) handleRows(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusBadRequest, *perr)
 		return
 	}
-	body := &bodyReader{r: http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)}
-	d, err := decode(body)
-	if err != nil {
-		code, e := decodeError(err, body)
-		s.fail(w, r, code, e)
+	adm, ok := s.admit(w, r)
+	if !ok {
 		return
 	}
-	if len(d.rows) == 0 {
-		s.fail(w, r, http.StatusBadRequest, apiError{Error: "no rows in the request body"})
+	defer adm.done()
+	d, ok := s.readRows(w, r, adm, decode)
+	if !ok {
 		return
 	}
 	if perr := checkSeqRange(opts.Producer, len(d.rows)); perr != nil {
@@ -279,6 +352,55 @@ func (s *Server) handleRows(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// admit reserves the request's place within the in-flight limits, or
+// answers 413 (a declared length over the body limit), 429 or 503; then
+// the body and the answer get their deadlines, from now.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request) (*admission, bool) {
+	if r.ContentLength > s.opts.MaxBodyBytes {
+		s.fail(w, r, http.StatusRequestEntityTooLarge, apiError{Error: fmt.Sprintf("request body is larger than %d bytes", s.opts.MaxBodyBytes), Code: codeTooLarge})
+		return nil, false
+	}
+	adm, err := s.inflight.admit(r.Context(), r.ContentLength)
+	var le *limitError
+	switch {
+	case errors.As(err, &le):
+		s.fail(w, r, http.StatusTooManyRequests, apiError{Error: le.Error() + "; retry later", Code: codeInflightLimit})
+		return nil, false
+	case err != nil: // the client went away while it waited
+		s.fail(w, r, http.StatusServiceUnavailable, apiError{Error: err.Error()})
+		return nil, false
+	}
+	rc := http.NewResponseController(w)
+	now := time.Now()
+	// Unsupported only where there is no connection (a test recorder).
+	_ = rc.SetReadDeadline(now.Add(s.opts.HTTP.BodyReadTimeout))
+	_ = rc.SetWriteDeadline(now.Add(s.opts.HTTP.WriteTimeout))
+	return adm, true
+}
+
+// readRows reads and decodes the body within its limits, or answers.
+func (s *Server) readRows(w http.ResponseWriter, r *http.Request, adm *admission, decode bodyDecoder) (decoded, bool) {
+	in := r.Body
+	if r.ContentLength < 0 {
+		in = io.NopCloser(&reservingReader{r: r.Body, a: adm, limit: s.opts.MaxBodyBytes})
+	}
+	body := &bodyReader{r: http.MaxBytesReader(w, in, s.opts.MaxBodyBytes)}
+	d, err := decode(body, r.ContentLength)
+	if err != nil {
+		code, e := s.decodeError(err, body)
+		s.fail(w, r, code, e)
+		return decoded{}, false
+	}
+	if len(d.rows) == 0 {
+		s.fail(w, r, http.StatusBadRequest, apiError{Error: "no rows in the request body"})
+		return decoded{}, false
+	}
+	return d, true
+}
+
+// bodyDecoder decodes a body of size bytes (-1: unknown).
+type bodyDecoder func(body io.Reader, size int64) (decoded, error)
+
 // decoded is a request body as rows; locate names where a rejected row
 // came from (its line, or its record batch and row).
 type decoded struct {
@@ -292,7 +414,7 @@ type locator func(*schema.RowError) (apiError, bool)
 
 // decoder picks the body decoder of the request's content type, or answers
 // 415.
-func (s *Server) decoder(w http.ResponseWriter, r *http.Request) (func(io.Reader) (decoded, error), bool) {
+func (s *Server) decoder(w http.ResponseWriter, r *http.Request) (bodyDecoder, bool) {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	switch {
 	case err == nil && mt == ContentTypeNDJSON:
@@ -305,7 +427,7 @@ func (s *Server) decoder(w http.ResponseWriter, r *http.Request) (func(io.Reader
 	return nil, false
 }
 
-func (s *Server) decodeNDJSONBody(body io.Reader) (decoded, error) {
+func (s *Server) decodeNDJSONBody(body io.Reader, _ int64) (decoded, error) {
 	rows, lines, perr := decodeNDJSON(body, s.opts.MaxRows, s.opts.MaxDecodedBytes)
 	if perr != nil {
 		return decoded{}, perr
@@ -313,8 +435,8 @@ func (s *Server) decodeNDJSONBody(body io.Reader) (decoded, error) {
 	return decoded{rows: rows, locate: lineLocator(lines)}, nil
 }
 
-func (s *Server) decodeArrowBody(body io.Reader) (decoded, error) {
-	a, err := decodeArrow(body, memory.DefaultAllocator, arrowLimits{body: s.opts.MaxBodyBytes, decoded: s.opts.MaxDecodedBytes, rows: s.opts.MaxRows})
+func (s *Server) decodeArrowBody(body io.Reader, size int64) (decoded, error) {
+	a, err := decodeArrow(body, memory.DefaultAllocator, arrowLimits{body: s.opts.MaxBodyBytes, decoded: s.opts.MaxDecodedBytes, rows: s.opts.MaxRows, size: size})
 	if err != nil {
 		return decoded{}, err
 	}
@@ -348,10 +470,17 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 }
 
 // decodeError maps a body that did not decode to a status and a body.
-func decodeError(err error, body *bodyReader) (int, apiError) {
+func (s *Server) decodeError(err error, body *bodyReader) (int, apiError) {
 	var tooBig *http.MaxBytesError
-	if errors.As(body.err, &tooBig) {
+	var le *limitError
+	switch {
+	case errors.As(body.err, &tooBig):
 		return http.StatusRequestEntityTooLarge, apiError{Error: fmt.Sprintf("request body is larger than %d bytes", tooBig.Limit)}
+	case errors.As(body.err, &le):
+		return http.StatusTooManyRequests, apiError{Error: "a chunked body outgrew the room left: " + le.Error() + "; retry later, or send a Content-Length",
+			Code: codeInflightLimit}
+	case errors.Is(body.err, os.ErrDeadlineExceeded):
+		return http.StatusRequestTimeout, apiError{Error: fmt.Sprintf("the request body did not arrive within %v", s.opts.HTTP.BodyReadTimeout), Code: codeBodyTimeout}
 	}
 	if errors.Is(err, errTooManyRows) || errors.Is(err, errMessageTooLarge) || errors.Is(err, errDecodedTooLarge) {
 		return http.StatusRequestEntityTooLarge, apiError{Error: err.Error(), Code: codeTooLarge}
@@ -391,13 +520,17 @@ func (s *Server) appendError(err error, locate locator) (int, apiError) {
 		return http.StatusRequestEntityTooLarge, apiError{Error: err.Error(), Code: codeTooLarge}
 	case errors.Is(err, wal.ErrPayloadTooLarge):
 		return http.StatusRequestEntityTooLarge, apiError{Error: "the batch does not fit one WAL record; send fewer or smaller rows: " + err.Error(), Code: codeTooLarge}
+	case errors.Is(err, engine.ErrUnknownOutcome):
+		// Before the refusals below: an append queued for the WAL when the
+		// disk filled is ErrNoSpace too, but it may yet be stored.
+		return http.StatusConflict, apiError{Error: "outcome unknown: the rows may or may not be stored; retry them (with the same producer and seq; without a session, ids make the retry idempotent while the rows are in a memtable): " + err.Error(),
+			Code: codeOutcomeUnknown}
+	case errors.Is(err, engine.ErrNoSpace):
+		return http.StatusServiceUnavailable, apiError{Error: "disk full; the shard takes appends again by itself once space is back: " + err.Error(), Code: codeDiskFull}
 	case errors.Is(err, engine.ErrMergesBehind):
 		return http.StatusTooManyRequests, apiError{Error: err.Error(), Code: codeMergesBehind}
 	case errors.Is(err, engine.ErrBackpressure):
 		return http.StatusTooManyRequests, apiError{Error: "memtable memory budget exhausted; retry later: " + err.Error(), Code: codeBackpressure}
-	case errors.Is(err, engine.ErrUnknownOutcome):
-		return http.StatusConflict, apiError{Error: "outcome unknown: the rows may or may not be stored; retry them (with the same producer and seq; without a session, ids make the retry idempotent while the rows are in a memtable): " + err.Error(),
-			Code: codeOutcomeUnknown}
 	case errors.Is(err, engine.ErrFenced):
 		return http.StatusConflict, apiError{Error: "shard is fenced / not owned here: " + err.Error(), Code: codeNotOwner}
 	case errors.Is(err, engine.ErrStopped), errors.Is(err, engine.ErrClosed):
@@ -468,13 +601,32 @@ func (s *Server) handleList(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// handleReady answers a probe. A probe polls (every second or so, from
+// every load balancer), so its 503 is logged at DEBUG; what an operator
+// needs is each change of the answer, logged once.
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
-	if reason := s.unready(); reason != "" {
-		s.fail(w, r, http.StatusServiceUnavailable, apiError{Error: reason})
+	reason := s.unready()
+	s.noteReadiness(r, reason)
+	if reason != "" {
+		s.failAt(w, r, slog.LevelDebug, http.StatusServiceUnavailable, apiError{Error: reason})
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	io.WriteString(w, "ready\n")
+}
+
+func (s *Server) noteReadiness(r *http.Request, reason string) {
+	s.readyMu.Lock()
+	defer s.readyMu.Unlock()
+	if reason == s.reason {
+		return
+	}
+	s.reason = reason
+	if reason == "" {
+		s.opts.Logger.InfoContext(r.Context(), "readyz: ready")
+		return
+	}
+	s.opts.Logger.InfoContext(r.Context(), "readyz: unready", "reason", reason)
 }
 
 // unready says why the server is not ready, or "".
@@ -506,16 +658,20 @@ func (s *Server) unready() string {
 // so it runs aside and past probeWait the last known answer stands.
 func (s *Server) stopped(sh *engine.Shard) string {
 	s.probeMu.Lock()
-	p := s.inflight[sh]
+	p := s.probing[sh]
 	if p == nil {
 		p = &probe{done: make(chan struct{})}
-		s.inflight[sh] = p
+		s.probing[sh] = p
 		go func() {
-			why := sh.Status().Stopped
+			st := sh.Status()
+			why := st.Stopped
+			if why == "" && st.Degraded != "" {
+				why = "degraded: " + st.Degraded
+			}
 			s.probeMu.Lock()
 			p.stopped = why
 			s.last[sh] = why
-			delete(s.inflight, sh)
+			delete(s.probing, sh)
 			s.probeMu.Unlock()
 			close(p.done)
 		}()

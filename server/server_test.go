@@ -22,6 +22,7 @@ type fixture struct {
 	host *engine.Host
 	srv  *Server
 	ts   *httptest.Server
+	reg  *prometheus.Registry
 }
 
 // newFixture serves shard "s0" of a fresh table on an in-memory filesystem.
@@ -32,6 +33,13 @@ func newFixture(t *testing.T, maxBody int64) *fixture {
 
 // newFixtureWith is newFixture with the engine's options changed by edit.
 func newFixtureWith(t *testing.T, maxBody int64, edit func(*engine.Options)) *fixture {
+	t.Helper()
+	return newServerFixture(t, edit, func(o *Options) { o.MaxBodyBytes = maxBody })
+}
+
+// newServerFixture is newFixture with the engine's and the server's
+// options changed by edit and editServer (either may be nil).
+func newServerFixture(t *testing.T, edit func(*engine.Options), editServer func(*Options)) *fixture {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	opts := engine.Options{
@@ -56,13 +64,23 @@ func newFixtureWith(t *testing.T, maxBody int64, edit func(*engine.Options)) *fi
 	if _, err := host.Open(context.Background(), "s0"); err != nil {
 		t.Fatal(err)
 	}
-	srv := New(Options{Host: host, Shards: []string{"s0"}, Registry: reg, MaxBodyBytes: maxBody})
+	srvOpts := Options{Host: host, Shards: []string{"s0"}, Registry: reg}
+	if editServer != nil {
+		editServer(&srvOpts)
+	}
+	srv := New(srvOpts)
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
-	return &fixture{host: host, srv: srv, ts: ts}
+	return &fixture{host: host, srv: srv, ts: ts, reg: reg}
 }
 
 func (f *fixture) do(t *testing.T, method, path, contentType, body string) (int, http.Header, []byte) {
+	t.Helper()
+	return f.doToken(t, method, path, contentType, body, "")
+}
+
+// doToken is do with a bearer token, unless token is "".
+func (f *fixture) doToken(t *testing.T, method, path, contentType, body, token string) (int, http.Header, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(method, f.ts.URL+path, strings.NewReader(body))
 	if err != nil {
@@ -70,6 +88,9 @@ func (f *fixture) do(t *testing.T, method, path, contentType, body string) (int,
 	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := f.ts.Client().Do(req)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/server"
 	"github.com/rollwal/rollwal/shardmeta"
+	"github.com/rollwal/rollwal/wal"
 )
 
 // passwordEnv holds the etcd password when the configuration does not, so
@@ -40,6 +41,7 @@ type Config struct {
 	Shards          []string          `yaml:"shards"`
 	FlushBytes      int64             `yaml:"flush_bytes"`
 	FlushAge        time.Duration     `yaml:"flush_age"`
+	MemoryBudget    int64             `yaml:"memory_budget"` // 0: the default (memory.go)
 	LeaseTTL        time.Duration     `yaml:"lease_ttl"`
 	MaxBodyBytes    int64             `yaml:"max_body_bytes"`
 	ShutdownTimeout time.Duration     `yaml:"shutdown_timeout"`
@@ -48,6 +50,7 @@ type Config struct {
 	Etcd            etcdclient.Config `yaml:"etcd"`
 	Snapshots       SnapshotsConfig   `yaml:"snapshots"`
 	Limits          LimitsConfig      `yaml:"limits"`
+	HTTP            HTTPConfig        `yaml:"http"`
 }
 
 func defaultConfig() Config {
@@ -55,7 +58,7 @@ func defaultConfig() Config {
 		DataDir: "./data", Listen: "127.0.0.1:8080", Table: "rollouts", Shards: []string{"default"},
 		FlushBytes: 64 << 20, FlushAge: 30 * time.Second, LeaseTTL: 5 * time.Second,
 		MaxBodyBytes: server.DefaultMaxBodyBytes, ShutdownTimeout: 30 * time.Second, LogLevel: "info",
-		Snapshots: defaultSnapshots(), Limits: defaultLimits(),
+		Snapshots: defaultSnapshots(), Limits: defaultLimits(), HTTP: defaultHTTP(),
 	}
 	c.Etcd.EnsureDefaults()
 	return c
@@ -142,7 +145,8 @@ func resolveConfig(f *pflag.FlagSet, path string, flagged Config) (Config, error
 		cfg.Snapshots.Backend = backendCassandra
 	}
 	err := cfg.Validate()
-	if err == nil { // print the levels as Cassandra spells them
+	if err == nil { // print the levels as Cassandra spells them, and the budget in effect
+		cfg.MemoryBudget = cfg.memoryBudget()
 		cs := &cfg.Snapshots.Cassandra
 		cs.Consistency, cs.SerialConsistency = strings.ToUpper(cs.Consistency), strings.ToUpper(cs.SerialConsistency)
 	}
@@ -163,20 +167,67 @@ func loadConfigFile(fsys vfs.FS, path string, cfg *Config) error {
 	if err != nil {
 		return fmt.Errorf("--config: %w", err)
 	}
-	data, err = expandEnv(data, os.LookupEnv)
-	if err != nil {
+	doc, err := parseConfig(data)
+	if err != nil || doc == nil {
+		return wrapConfigErr(path, err)
+	}
+	if err := expandEnv(doc, os.LookupEnv); err != nil {
 		return fmt.Errorf("config %s: %w", path, err)
 	}
+	return wrapConfigErr(path, explainYAML(doc.Decode(cfg)))
+}
+
+func wrapConfigErr(path string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("config %s: %w", path, err)
+}
+
+// parseConfig parses the file's one document into a node tree (nil for an
+// empty file) and checks its keys. Values are decoded later, from the tree,
+// once the environment is expanded into it: expanding into the text would
+// let a variable's quote or newline add keys of its own.
+func parseConfig(data []byte) (*yaml.Node, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("config %s: %w", path, explainYAML(err))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+		return nil, nil
+	} else if err != nil && bytes.Contains(data, []byte("${")) {
+		// The braces of a reference are YAML syntax inside [ ] and { }.
+		return nil, fmt.Errorf(`%w (inside [ ] or { }, quote a reference: "${NAME}")`, err)
+	} else if err != nil {
+		return nil, err
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return fmt.Errorf("config %s: more than one YAML document; put every setting in the first", path)
+		return nil, errors.New("more than one YAML document; put every setting in the first")
 	}
-	return nil
+	return &doc, checkKeys(data)
+}
+
+// checkKeys reports unknown keys. Decoding a tree cannot be made strict
+// (yaml.Node.Decode has no KnownFields), so the text is decoded strictly
+// once more, before expansion, keeping only its unknown-key errors: keys
+// are never expanded, so those errors are the same either way, while a
+// ${VAR} still in place of a number is no error of the file's.
+func checkKeys(data []byte) error {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var te *yaml.TypeError
+	if err := dec.Decode(new(Config)); !errors.As(err, &te) {
+		return err // nil, or an error not about values (a duplicate key)
+	}
+	var unknown []string
+	for _, m := range te.Errors {
+		if unknownField.MatchString(m) {
+			unknown = append(unknown, m)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	return explainYAML(&yaml.TypeError{Errors: unknown})
 }
 
 var (
@@ -185,33 +236,55 @@ var (
 	unknownField = regexp.MustCompile(`field (\S+) not found in type (\S+)`)
 )
 
-// expandEnv replaces every ${NAME} with the variable's value, except on
-// comment lines, so that a commented-out setting cannot fail the load. An
-// unset variable is an error: an empty password or endpoint from a typo
-// would fail later and far less clearly.
-func expandEnv(data []byte, lookup func(string) (string, bool)) ([]byte, error) {
-	var out bytes.Buffer
+// expandEnv replaces every ${NAME} in the tree's scalar values with the
+// variable's value. Keys and comments are left alone, so that neither a
+// commented-out setting nor a key can depend on the environment. A value
+// stays one scalar whatever it holds (a quote, a newline, ": "), so a
+// variable can never add a key; a plain scalar is then typed as YAML types
+// it (a number, a duration, true), a quoted one stays a string. An unset
+// variable is an error: an empty password or endpoint from a typo would
+// fail later and far less clearly.
+func expandEnv(doc *yaml.Node, lookup func(string) (string, bool)) error {
 	var errs []error
-	for i, line := range bytes.SplitAfter(data, []byte("\n")) {
-		if bytes.HasPrefix(bytes.TrimSpace(line), []byte("#")) {
-			out.Write(line)
-			continue
-		}
-		out.Write(envRef.ReplaceAllFunc(line, func(m []byte) []byte {
-			name := string(m[2 : len(m)-1])
-			v, ok := lookup(name)
-			switch {
-			case !envName.MatchString(name):
-				errs = append(errs, fmt.Errorf("line %d: %s is not a variable reference: want ${NAME}", i+1, m))
-			case !ok:
-				errs = append(errs, fmt.Errorf("line %d: environment variable %s is not set", i+1, name))
-			default:
-				return []byte(v)
+	var walk func(n *yaml.Node)
+	walk = func(n *yaml.Node) {
+		switch n.Kind {
+		case yaml.ScalarNode:
+			expandScalar(n, lookup, &errs)
+		case yaml.MappingNode:
+			for i := 1; i < len(n.Content); i += 2 { // values only, never keys
+				walk(n.Content[i])
 			}
-			return m
-		}))
+		case yaml.DocumentNode, yaml.SequenceNode:
+			for _, c := range n.Content {
+				walk(c)
+			}
+		} // an alias is expanded where its anchor is, once
 	}
-	return out.Bytes(), errors.Join(errs...)
+	walk(doc)
+	return errors.Join(errs...)
+}
+
+func expandScalar(n *yaml.Node, lookup func(string) (string, bool), errs *[]error) {
+	if !strings.Contains(n.Value, "${") {
+		return
+	}
+	n.Value = envRef.ReplaceAllStringFunc(n.Value, func(m string) string {
+		name := m[2 : len(m)-1]
+		v, ok := lookup(name)
+		switch {
+		case !envName.MatchString(name):
+			*errs = append(*errs, fmt.Errorf("line %d: %s is not a variable reference: want ${NAME}", n.Line, m))
+		case !ok:
+			*errs = append(*errs, fmt.Errorf("line %d: environment variable %s is not set", n.Line, name))
+		default:
+			return v
+		}
+		return m
+	})
+	if n.Style&(yaml.TaggedStyle|yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle|yaml.LiteralStyle|yaml.FoldedStyle) == 0 {
+		n.Tag = "" // typed afresh from the expanded text, as a plain scalar in the file would be
+	}
 }
 
 // sections names the YAML section of each configuration type, for errors.
@@ -254,15 +327,19 @@ func (e *configError) Error() string { return fmt.Sprintf("%s %s: %s", e.key, e.
 
 func badValue(key string, value any, format string, args ...any) error {
 	v := fmt.Sprint(value)
-	if s, ok := value.(string); ok {
-		v = strconv.Quote(s)
+	switch x := value.(type) {
+	case string:
+		v = strconv.Quote(x)
+	case []string:
+		v = listString(x)
 	}
 	return &configError{key: key, value: v, reason: fmt.Sprintf(format, args...)}
 }
 
 // Validate reports the first unusable setting, naming its key and value.
 func (c *Config) Validate() error {
-	for _, check := range []func() error{c.validatePlaces, c.validateShards, c.validateSizes, c.validateEtcd, c.validateSnapshots, c.Limits.validate} {
+	for _, check := range []func() error{c.validatePlaces, c.validateShards, c.validateSizes, c.validateEtcd, c.validateSnapshots, c.Limits.validate, c.validateHTTP,
+		c.validateMemory, c.validateEngine} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -321,17 +398,28 @@ func (c *Config) validateShards() error {
 	return nil
 }
 
+// Upper bounds of settings that have no natural one: past them a value is
+// a mistake (a unit, a digit too many), refused before serve starts.
+const (
+	maxLeaseTTL  = 10 * time.Minute
+	maxBodyLimit = 16 * wal.MaxPayloadSize // room for NDJSON's syntax around a record's values
+)
+
 func (c *Config) validateSizes() error {
 	var level slog.Level
 	switch {
 	case c.FlushBytes <= 0:
 		return badValue("flush_bytes", c.FlushBytes, "must be positive")
+	case c.FlushBytes > maxMemoryBudget/2:
+		return badValue("flush_bytes", c.FlushBytes, "must be at most 512 GiB (%d), half the largest memory_budget", int64(maxMemoryBudget/2))
 	case c.FlushAge == 0:
 		return badValue("flush_age", c.FlushAge, "use a positive age, or a negative one to disable age-based flushes")
-	case c.LeaseTTL < time.Second:
-		return badValue("lease_ttl", c.LeaseTTL, "must be at least 1s")
+	case c.LeaseTTL < time.Second || c.LeaseTTL > maxLeaseTTL:
+		return badValue("lease_ttl", c.LeaseTTL, "must be at least 1s and at most %v (a successor waits this long after a writer dies)", maxLeaseTTL)
 	case c.MaxBodyBytes <= 0:
 		return badValue("max_body_bytes", c.MaxBodyBytes, "must be positive")
+	case c.MaxBodyBytes > maxBodyLimit:
+		return badValue("max_body_bytes", c.MaxBodyBytes, "must be at most 1 GiB (%d): a body decodes into one WAL record of at most %d bytes", int64(maxBodyLimit), int64(wal.MaxPayloadSize))
 	case c.ShutdownTimeout <= 0:
 		return badValue("shutdown_timeout", c.ShutdownTimeout, "must be positive")
 	case c.UnreadyDelay < 0:
@@ -445,7 +533,7 @@ func (o *serveOptions) config() Config {
 	return Config{DataDir: o.dataDir, Listen: o.listen, AdminListen: o.adminListen, Table: o.table,
 		Shards: o.shards, FlushBytes: o.flushBytes, FlushAge: o.flushAge, LeaseTTL: o.leaseTTL,
 		MaxBodyBytes: o.maxBodyBytes, ShutdownTimeout: o.shutdownTimeout, UnreadyDelay: o.unreadyDelay, LogLevel: o.logLevel, Etcd: o.etcd,
-		Snapshots: o.snapshots, Limits: o.limits}
+		Snapshots: o.snapshots, Limits: o.limits, HTTP: o.http, MemoryBudget: o.memoryBudget}
 }
 
 // resolve applies the configuration file under the flags set.
@@ -457,6 +545,6 @@ func (o *serveOptions) resolve(f *pflag.FlagSet) error {
 	o.dataDir, o.listen, o.adminListen, o.table, o.shards = c.DataDir, c.Listen, c.AdminListen, c.Table, c.Shards
 	o.flushBytes, o.flushAge, o.leaseTTL = c.FlushBytes, c.FlushAge, c.LeaseTTL
 	o.maxBodyBytes, o.shutdownTimeout, o.unreadyDelay, o.logLevel, o.etcd = c.MaxBodyBytes, c.ShutdownTimeout, c.UnreadyDelay, c.LogLevel, c.Etcd
-	o.snapshots, o.limits = c.Snapshots, c.Limits
+	o.snapshots, o.limits, o.http, o.memoryBudget = c.Snapshots, c.Limits, c.HTTP, c.MemoryBudget
 	return nil
 }

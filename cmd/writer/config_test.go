@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v3"
 )
 
 // TestConfigPrecedence: defaults ← file ← flags set on the command line. A
@@ -58,14 +60,67 @@ func TestSettingsHaveServeFlags(t *testing.T) {
 func TestExpandEnv(t *testing.T) {
 	env := map[string]string{"A": "alpha", "EMPTY": ""}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	got, err := expandEnv([]byte("x: ${A}-${EMPTY}-$A\n  # ${UNSET} in a comment\ny: '${A}'"), lookup)
-	if err != nil || string(got) != "x: alpha--$A\n  # ${UNSET} in a comment\ny: 'alpha'" {
-		t.Fatalf("expanded %q, %v", got, err)
+	got, err := expandYAML(t, "x: ${A}-${EMPTY}-$A\n  # ${UNSET} in a comment\ny: '${A}'\nz: ['${A}', \"${A}\"] # ${UNSET}\nw:\n  - ${A}\n", lookup)
+	if err != nil || got["x"] != "alpha--$A" || got["y"] != "alpha" || fmt.Sprint(got["z"]) != "[alpha alpha]" || fmt.Sprint(got["w"]) != "[alpha]" || len(got) != 4 {
+		t.Fatalf("expanded %v, %v", got, err)
 	}
-	_, err = expandEnv([]byte("a: 1\nb: ${UNSET}\nc: ${1BAD}\n"), lookup)
+	_, err = expandYAML(t, "a: 1\nb: ${UNSET}\nc: ${1BAD}\n", lookup)
 	if err == nil || !strings.Contains(err.Error(), "line 2: environment variable UNSET is not set") ||
 		!strings.Contains(err.Error(), "line 3: ${1BAD} is not a variable reference") {
 		t.Fatalf("errors: %v; want both the unset and the malformed reference, with lines", err)
+	}
+}
+
+// expandYAML parses text, expands it and decodes it into a map.
+func expandYAML(t *testing.T, text string, lookup func(string) (string, bool)) (map[string]any, error) {
+	t.Helper()
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte(text), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if err := expandEnv(&doc, lookup); err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := doc.Decode(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m, nil
+}
+
+// TestEnvCannotInjectKeys: a variable holding YAML syntax (a quote, a
+// newline, "key: value") stays the one value it was put in: it adds no
+// key, whether the reference is plain or quoted (each value below would
+// close its quoting and add listen: if pasted into the text), and a plain
+// reference to a number is still typed as a number.
+func TestEnvCannotInjectKeys(t *testing.T) {
+	t.Setenv("ROLLWAL_TEST_SIZE", "2097152")
+	for _, tc := range []struct{ ref, value string }{
+		{"${ROLLWAL_TEST_INJECT}", "x\nlisten: 0.0.0.0:1"},
+		{`"${ROLLWAL_TEST_INJECT}"`, "x\"\nlisten: \"0.0.0.0:1"},
+		{"'${ROLLWAL_TEST_INJECT}'", "x'\nlisten: '0.0.0.0:1"},
+		{"${ROLLWAL_TEST_INJECT}", "x\n  dial_timeout: 1ms"},
+	} {
+		t.Setenv("ROLLWAL_TEST_INJECT", tc.value)
+		path := filepath.Join(t.TempDir(), "w.yaml")
+		writeTestFile(t, path, "etcd:\n  endpoints: [http://127.0.0.1:2379]\n  username: u\n  password: "+tc.ref+"\nflush_bytes: ${ROLLWAL_TEST_SIZE}\n")
+		cfg, err := resolveConfig(pflag.NewFlagSet("x", pflag.ContinueOnError), path, Config{})
+		if err != nil {
+			t.Fatalf("%s = %q: %v", tc.ref, tc.value, err)
+		}
+		def := defaultConfig()
+		if cfg.Etcd.Password != tc.value || cfg.FlushBytes != 2097152 || cfg.Listen != def.Listen || cfg.Etcd.DialTimeout != def.Etcd.DialTimeout {
+			t.Fatalf("%s = %q: password %q, flush_bytes %d, listen %q, dial_timeout %v; want the variable as the password and nothing else changed",
+				tc.ref, tc.value, cfg.Etcd.Password, cfg.FlushBytes, cfg.Listen, cfg.Etcd.DialTimeout)
+		}
+	}
+	// A variable in place of a list stays a string: the type error names the line.
+	t.Setenv("ROLLWAL_TEST_LIST", "[a, b]")
+	path := filepath.Join(t.TempDir(), "w.yaml")
+	writeTestFile(t, path, "table: t\nshards: ${ROLLWAL_TEST_LIST}\n")
+	if _, err := resolveConfig(pflag.NewFlagSet("x", pflag.ContinueOnError), path, Config{}); err == nil ||
+		!strings.Contains(err.Error(), "line 2: cannot unmarshal !!str `[a, b]`") {
+		t.Fatalf("a list from a variable: %v; want a type error on line 2", err)
 	}
 }
 

@@ -80,6 +80,11 @@ type dirUse struct {
 	// it may use the etcd a running process recorded, and locks only to
 	// start the embedded etcd itself.
 	writes bool
+	// follow: use only the etcd a running process recorded (or the
+	// configured cluster), never start the embedded one. merge --every
+	// follows: holding the data directory's lock to run the embedded etcd,
+	// it would keep the serve it works beside from starting again.
+	follow bool
 }
 
 // endpointRecord is the JSON of <data-dir>/etcd.endpoint.

@@ -22,7 +22,7 @@ import (
 // addEtcdFlags binds the flags of an external etcd cluster. Without
 // --etcd-endpoints the writer runs etcd embedded under the data dir.
 func addEtcdFlags(f *pflag.FlagSet, c *etcdclient.Config) {
-	f.StringSliceVar(&c.Endpoints, "etcd-endpoints", nil, "external etcd endpoints (default: etcd embedded under <data-dir>/etcd)")
+	listVar(f, &c.Endpoints, "etcd-endpoints", nil, "external etcd endpoints (default: etcd embedded under <data-dir>/etcd)")
 	f.StringVar(&c.TLS.CAFile, "etcd-ca-file", "", "CA bundle that signs the etcd servers' certificates")
 	f.StringVar(&c.TLS.CertFile, "etcd-cert-file", "", "client certificate for etcd")
 	f.StringVar(&c.TLS.KeyFile, "etcd-key-file", "", "client key for etcd")
@@ -49,6 +49,9 @@ type metadata struct {
 func openMetadata(ctx context.Context, dataDir string, c etcdclient.Config, use dirUse, log *slog.Logger) (*metadata, error) {
 	if len(c.Endpoints) > 0 {
 		return openExternal(ctx, dataDir, c, use, log)
+	}
+	if use.follow {
+		return openFollowed(ctx, dataDir, c)
 	}
 	if !use.writes {
 		m, err := openRunning(ctx, dataDir, c, use, log)
@@ -95,6 +98,24 @@ func openRunning(ctx context.Context, dataDir string, c etcdclient.Config, use d
 	}
 	log.Warn(msgStaleStarted, "file", r.path, "reason", why)
 	return startEmbedded(ctx, dataDir, c, lock, log)
+}
+
+// openFollowed uses the etcd recorded in the endpoint file when it proves
+// to be this data dir's, and fails otherwise, whatever the lock says: a
+// follower waits for a running process rather than start the etcd itself.
+func openFollowed(ctx context.Context, dataDir string, c etcdclient.Config) (*metadata, error) {
+	r := readEndpoint(dataDir)
+	switch {
+	case !r.found:
+		return nil, fmt.Errorf("no running serve has recorded its embedded etcd in %s", r.path)
+	case r.unverifiable != "":
+		return nil, fmt.Errorf("the endpoint file %s cannot be verified: %s", r.path, r.unverifiable)
+	}
+	cli, err := openRecorded(ctx, dataDir, r)
+	if err != nil {
+		return nil, err
+	}
+	return &metadata{client: cli, requestTimeout: c.RequestTimeout}, nil
 }
 
 // startEmbedded starts the embedded etcd under the lock held, makes sure of

@@ -2,7 +2,8 @@
 //
 //	writer serve                      claim shards and serve HTTP ingest until SIGTERM
 //	writer generate                   append generated rollouts on the embedded defaults
-//	writer merge                      publish committed generations into the base table
+//	writer merge                      publish committed generations into the base table (--every: again and again,
+//	                                  through the running serve's etcd, surviving its restarts)
 //	writer inspect shards             every shard: owner, epoch, generations, replay cursor
 //	writer inspect shard S            a shard's manifest and owner
 //	writer inspect generations S      a shard's generations, read from their footers
@@ -22,7 +23,8 @@
 // naming the holder. Commands that read metadata use the configured etcd
 // cluster, else the etcd a running serve recorded in <data-dir>/etcd.endpoint
 // once it proves to be this data dir's (cluster id and identity), else take
-// the lock and start the embedded etcd under the data dir (datadir.go).
+// the lock and start the embedded etcd under the data dir (datadir.go);
+// merge --every never does the latter (merge.go).
 package main
 
 import (

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,8 +15,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/rollwal/rollwal/generation"
 	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/publish"
+	"github.com/rollwal/rollwal/shardmeta"
 )
 
 type mergeOptions struct {
@@ -41,7 +44,8 @@ func newMerge() *cobra.Command {
 	}
 	f := cmd.Flags()
 	addStoreFlags(f, &o.storeOptions)
-	f.DurationVar(&o.every, "every", 0, "merge again at this interval until interrupted (0: one pass)")
+	f.DurationVar(&o.every, "every", 0, "merge again at this interval until interrupted (0: one pass); a failed pass is logged and tried again, "+
+		"through the etcd of the running serve only (it never starts the embedded etcd), and only damage ends it")
 	f.StringVarP(&o.output, "output", "o", "table", "output: table or json")
 	return cmd
 }
@@ -63,23 +67,42 @@ func (o *mergeOptions) run(ctx context.Context, out io.Writer) error {
 		return fmt.Errorf("--every %v: must not be negative", o.every)
 	}
 	log := newLogger(slog.LevelWarn)
-	meta, err := openMetadata(ctx, o.dataDir, o.etcd, dirUse{command: "merge"}, log)
+	if o.every > 0 {
+		return o.repeat(ctx, out, log)
+	}
+	s, err := o.open(ctx, dirUse{command: "merge"}, log)
 	if err != nil {
 		return err
 	}
-	defer meta.Close()
-	c, err := publish.New(ctx, publish.Options{Etcd: meta.client, Table: o.table, DataDir: o.dataDir,
-		FS: vfs.Default, RequestTimeout: meta.requestTimeout, Logger: log})
-	if err != nil {
-		return err
-	}
-	defer c.Close()
+	defer s.close()
+	return o.pass(ctx, s.c, out)
+}
+
+// Log messages of merge --every.
+const (
+	msgMergeRetry = "merge pass failed; trying again at the next tick"
+	msgMergeFatal = "merge pass failed for good; stopping"
+)
+
+// repeat runs a pass every --every until ctx ends. A pass that fails in a
+// way time can mend (etcd unavailable, the serve restarting, its endpoint
+// file stale or another directory's, the merge lock lost or not obtained)
+// is logged, and the next tick starts over: the etcd resolved again, a new
+// coordinator. Only damage (fatalMergeError) ends it with an error, since
+// no later pass gets past it without an operator.
+func (o *mergeOptions) repeat(ctx context.Context, out io.Writer, log *slog.Logger) error {
+	var s *mergeSession
+	defer func() { s.close() }()
 	for {
-		if err := o.pass(ctx, c, out); err != nil {
-			return err
-		}
-		if o.every == 0 {
+		err := o.tick(ctx, &s, out, log)
+		switch {
+		case ctx.Err() != nil:
 			return nil
+		case err != nil && fatalMergeError(err):
+			log.Error(msgMergeFatal, "err", err)
+			return err
+		case err != nil:
+			log.Warn(msgMergeRetry, "err", err, "every", o.every.String())
 		}
 		select {
 		case <-ctx.Done():
@@ -87,6 +110,67 @@ func (o *mergeOptions) run(ctx context.Context, out io.Writer) error {
 		case <-time.After(o.every):
 		}
 	}
+}
+
+// tick runs one pass in *s, opening it first when there is none, and drops
+// it when the pass fails.
+func (o *mergeOptions) tick(ctx context.Context, s **mergeSession, out io.Writer, log *slog.Logger) error {
+	if *s == nil {
+		// follow: the etcd of the running serve only, never the embedded
+		// one under the lock that serve needs to start again.
+		ns, err := o.open(ctx, dirUse{command: "merge", follow: true}, log)
+		if err != nil {
+			return err
+		}
+		*s = ns
+	}
+	err := o.pass(ctx, (*s).c, out)
+	if err != nil {
+		(*s).close()
+		*s = nil
+	}
+	return err
+}
+
+// fatalMergeError reports damage that no later pass gets past: a corrupt
+// generation or base file, or merge state and manifests the planner refuses
+// (publish fails closed on them).
+func fatalMergeError(err error) bool {
+	for _, damage := range []error{generation.ErrCorrupt, publish.ErrInvalidState, shardmeta.ErrInvalidManifest} {
+		if errors.Is(err, damage) {
+			return true
+		}
+	}
+	return false
+}
+
+// mergeSession is the etcd and the coordinator (holding the merge lock)
+// that passes run in.
+type mergeSession struct {
+	meta *metadata
+	c    *publish.Coordinator
+}
+
+func (o *mergeOptions) open(ctx context.Context, use dirUse, log *slog.Logger) (*mergeSession, error) {
+	meta, err := openMetadata(ctx, o.dataDir, o.etcd, use, log)
+	if err != nil {
+		return nil, err
+	}
+	c, err := publish.New(ctx, publish.Options{Etcd: meta.client, Table: o.table, DataDir: o.dataDir,
+		FS: vfs.Default, RequestTimeout: meta.requestTimeout, Logger: log})
+	if err != nil {
+		return nil, errors.Join(err, meta.Close())
+	}
+	return &mergeSession{meta: meta, c: c}, nil
+}
+
+// close releases the lock and the etcd; nil is closed already.
+func (s *mergeSession) close() {
+	if s == nil {
+		return
+	}
+	s.c.Close()
+	s.meta.Close()
 }
 
 func (o *mergeOptions) pass(ctx context.Context, c *publish.Coordinator, out io.Writer) error {

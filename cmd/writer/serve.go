@@ -38,6 +38,8 @@ type serveOptions struct {
 	unreadyDelay    time.Duration
 	snapshots       SnapshotsConfig
 	limits          LimitsConfig
+	memoryBudget    int64
+	http            HTTPConfig
 }
 
 func newServe() *cobra.Command {
@@ -66,7 +68,7 @@ func newServe() *cobra.Command {
 	f.StringVar(&o.listen, "listen", def.Listen, "HTTP listen address (port 0 picks a free port)")
 	f.StringVar(&o.adminListen, "admin-listen", def.AdminListen, "address of the admin listener serving /debug/pprof/ (default: none)")
 	f.StringVar(&o.table, "table", def.Table, "table name")
-	f.StringSliceVar(&o.shards, "shards", def.Shards, "shards to claim and serve")
+	listVar(f, &o.shards, "shards", def.Shards, "shards to claim and serve")
 	f.Int64Var(&o.flushBytes, "flush-bytes", def.FlushBytes, "seal a memtable at this many bytes")
 	f.DurationVar(&o.flushAge, "flush-age", def.FlushAge, "seal a memtable once its oldest row is this old (negative: never)")
 	f.DurationVar(&o.leaseTTL, "lease-ttl", def.LeaseTTL, "TTL of the writer's etcd lease")
@@ -78,6 +80,8 @@ func newServe() *cobra.Command {
 	addEtcdFlags(f, &o.etcd)
 	addSnapshotFlags(f, &o.snapshots)
 	addLimitFlags(f, &o.limits)
+	addMemoryFlag(f, &o.memoryBudget)
+	addHTTPFlags(f, &o.http)
 	return cmd
 }
 
@@ -86,6 +90,7 @@ func newServe() *cobra.Command {
 // close the host (flush, release the leases), close the snapshot store and
 // etcd.
 func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
+	setMemoryLimit(log, o.config()) // first, so that the embedded etcd starts under it too (memory.go)
 	// The data dir's lock, the metadata store and the snapshot store first:
 	// a second serve on a data dir in use, or one whose snapshot store does
 	// not answer, fails here, before it opens a port that probes would find.
@@ -104,40 +109,40 @@ func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
 	}
 	defer closeSnaps()
 	log.Info("snapshot store open", o.snapshotsAttrs()...)
-	ln, err := net.Listen("tcp", o.listen)
+	lns, err := o.openListeners()
 	if err != nil {
-		return fmt.Errorf("--listen %s: %w", o.listen, err)
+		return err
 	}
-	addr := ln.Addr().String()
+	addr := lns.ingest.Addr().String()
 	admin, err := startAdmin(o.adminListen, log)
 	if err != nil {
-		ln.Close()
+		lns.close()
 		return err
 	}
 	defer admin.Close()
 	registry := prometheus.NewRegistry()
 	if err := meta.registerMetrics(registry); err != nil {
-		ln.Close()
+		lns.close()
 		return err
 	}
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	hostOpts := engine.Options{
-		DataDir: o.dataDir, Table: o.table, Etcd: meta.client, Logger: log, RequestTimeout: meta.requestTimeout,
-		Address: "http://" + addr, Snapshots: snaps, LeaseTTL: o.leaseTTL,
-		FlushBytes: o.flushBytes, FlushAge: o.flushAge, MemoryBudget: max(512<<20, 2*o.flushBytes),
-		Registerer: registry,
-	}
-	o.limits.apply(&hostOpts)
-	host, err := engine.NewHost(hostOpts)
-	if err != nil {
-		ln.Close()
+	hostOpts := o.config().engineOptions() // what config check validated (engineopts.go)
+	hostOpts.Etcd, hostOpts.Logger, hostOpts.RequestTimeout = meta.client, log, meta.requestTimeout
+	hostOpts.Address, hostOpts.Snapshots, hostOpts.Registerer = "http://"+addr, snaps, registry
+	srvOpts := server.Options{Shards: o.shards, Logger: log, Registry: registry, MaxBodyBytes: o.maxBodyBytes}
+	if err := o.serverOptions(&srvOpts, hostOpts.MemoryBudget, log); err != nil {
+		lns.close()
 		return err
 	}
-	srv := server.New(server.Options{Host: host, Shards: o.shards, Logger: log, Registry: registry, MaxBodyBytes: o.maxBodyBytes})
-	httpSrv := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
-	served := make(chan error, 1)
-	go func() { served <- httpSrv.Serve(ln) }() // /livez and /readyz answer while the shards replay
-	log.Info("http server started; ready once the shards are claimed and replayed", "addr", addr)
+	host, err := engine.NewHost(hostOpts)
+	if err != nil {
+		lns.close()
+		return err
+	}
+	srvOpts.Host = host
+	srv := server.New(srvOpts)
+	servers, served := lns.serve(srv) // /livez and /readyz answer while the shards replay
+	log.Info("http server started; ready once the shards are claimed and replayed", "addr", addr, "probe_addr", lns.probeAddr())
 
 	var runErr error
 	opened := true
@@ -175,8 +180,10 @@ func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	defer cancel()
-	if err := httpSrv.Shutdown(shutdownCtx); err != nil {
-		runErr = errors.Join(runErr, fmt.Errorf("stop http server: %w", err))
+	for _, hs := range servers {
+		if err := hs.Shutdown(shutdownCtx); err != nil {
+			runErr = errors.Join(runErr, fmt.Errorf("stop http server: %w", err))
+		}
 	}
 	if err := host.Close(shutdownCtx); err != nil {
 		runErr = errors.Join(runErr, fmt.Errorf("close shards: %w", err))
@@ -195,4 +202,70 @@ func (o *serveOptions) snapshotsAttrs() []any {
 	c := o.snapshots.Cassandra
 	return []any{"backend", backendCassandra, "hosts", c.Hosts, "keyspace", c.Keyspace, "table", c.Table,
 		"consistency", c.Consistency, "serial_consistency", c.SerialConsistency}
+}
+
+// listeners are serve's HTTP listeners: ingest (every endpoint) and, when
+// http.probe_listen is set, probes.
+type listeners struct {
+	ingest, probes net.Listener
+}
+
+// openListeners listens on --listen and http.probe_listen.
+func (o *serveOptions) openListeners() (*listeners, error) {
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return nil, fmt.Errorf("--listen %s: %w", o.listen, err)
+	}
+	lns := &listeners{ingest: ln}
+	if o.http.ProbeListen == "" {
+		return lns, nil
+	}
+	if lns.probes, err = net.Listen("tcp", o.http.ProbeListen); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("http.probe_listen %s: %w", o.http.ProbeListen, err)
+	}
+	return lns, nil
+}
+
+func (l *listeners) close() {
+	l.ingest.Close()
+	if l.probes != nil {
+		l.probes.Close()
+	}
+}
+
+func (l *listeners) probeAddr() string {
+	if l.probes == nil {
+		return ""
+	}
+	return l.probes.Addr().String()
+}
+
+// serve serves srv on the listeners, each with its connection limit; the
+// channel gets the first error of any.
+func (l *listeners) serve(srv *server.Server) ([]*http.Server, <-chan error) {
+	served := make(chan error, 2)
+	hs := srv.HTTPServer()
+	go func() { served <- hs.Serve(srv.Listener(l.ingest)) }()
+	servers := []*http.Server{hs}
+	if l.probes != nil {
+		ps := srv.ProbeServer()
+		go func() { served <- ps.Serve(server.ProbeListener(l.probes)) }()
+		servers = append(servers, ps)
+	}
+	return servers, served
+}
+
+// serverOptions sets the http: section on the server's options: the
+// connection limit fitted to the descriptor limit, the in-flight limits
+// from the memory budget, the tokens read from their files.
+func (o *serveOptions) serverOptions(so *server.Options, budget int64, log *slog.Logger) error {
+	conns, err := o.http.connLimit(len(o.shards))
+	if err != nil {
+		return err
+	}
+	if conns < o.http.MaxConns {
+		log.Warn("connection limit lowered to leave descriptors for files", "max_conns", o.http.MaxConns, "limit", conns)
+	}
+	return o.http.apply(so, budget, conns)
 }

@@ -22,6 +22,8 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{[]string{"--log-level", "loud"}, "--log-level"},
 		{[]string{"--listen", "not-an-address"}, "--listen"},
 		{[]string{"--unready-delay", "-1s"}, "--unready-delay"},
+		{[]string{"--max-conns", "1"}, "--max-conns 1"},
+		{[]string{"--max-inflight-bytes", "1000"}, "--max-inflight-bytes 1000"},
 	} {
 		root := &cobra.Command{Use: "writer", SilenceUsage: true, SilenceErrors: true}
 		root.AddCommand(newServe())

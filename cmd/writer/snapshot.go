@@ -44,7 +44,7 @@ func newSnapshotCreateSchema() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringSliceVar(&o.hosts, "hosts", nil, "Cassandra contact points, host:port")
+	listVar(f, &o.hosts, "hosts", nil, "Cassandra contact points, host:port")
 	f.StringVar(&o.keyspace, "keyspace", "rollwal", "keyspace")
 	f.StringVar(&o.table, "table", "snapshots", "table")
 	f.IntVar(&o.replicationFactor, "replication-factor", 0, "create the keyspace with SimpleStrategy and this factor (0: the keyspace must exist)")

@@ -88,7 +88,7 @@ func addSnapshotFlags(f *pflag.FlagSet, s *SnapshotsConfig) {
 	def := defaultSnapshots()
 	c := &s.Cassandra
 	f.StringVar(&s.Backend, "snapshots-backend", def.Backend, "snapshot-offset store: etcd (the writer's etcd) or cassandra")
-	f.StringSliceVar(&c.Hosts, "cassandra-hosts", nil, "Cassandra contact points, host or host:port (implies --snapshots-backend cassandra)")
+	listVar(f, &c.Hosts, "cassandra-hosts", nil, "Cassandra contact points, host or host:port (implies --snapshots-backend cassandra)")
 	f.StringVar(&c.Keyspace, "cassandra-keyspace", def.Cassandra.Keyspace, "Cassandra keyspace of the snapshot table")
 	f.StringVar(&c.Table, "cassandra-table", def.Cassandra.Table, "Cassandra snapshot table")
 	f.StringVar(&c.Consistency, "cassandra-consistency", def.Cassandra.Consistency, "consistency of reads and LWT commits: QUORUM, LOCAL_QUORUM or ALL")
