@@ -3,11 +3,14 @@ package engine
 import (
 	"context"
 	"errors"
+	"path"
 	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/rollwal/rollwal/generation"
 	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/publish"
 	"github.com/rollwal/rollwal/schema"
 )
 
@@ -200,7 +203,53 @@ func diskFullRecovers(t *testing.T, mem *vfs.MemFS, inj *vfs.Injector, opts Opti
 	opts.FS = mem.CrashClone()
 	h = openHost(t, opts)
 	defer h.Close(ctx)
-	checkCommitted(t, opts, acked, mustOpen(t, h, "s0"))
+	s = mustOpen(t, h, "s0")
+	checkCommitted(t, opts, acked, s)
+	if _, err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkMergedOnce(t, opts, acked)
+}
+
+// checkMergedOnce merges the table's committed generations into its base
+// and checks that the base holds every acknowledged id once and nothing
+// refused.
+func checkMergedOnce(t *testing.T, opts Options, acked map[string]bool) {
+	t.Helper()
+	ctx := context.Background()
+	c, err := publish.New(ctx, publish.Options{Etcd: opts.Etcd, Table: opts.Table, DataDir: opts.DataDir, FS: opts.FS,
+		RequestTimeout: opts.RequestTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.RunOnce(ctx); err != nil {
+		t.Fatalf("merge: %v", err)
+	}
+	m, ok, err := publish.LatestReaderManifest(opts.FS, c.BaseDir())
+	if err != nil || !ok {
+		t.Fatalf("readers' manifest: ok %v, %v", ok, err)
+	}
+	inBase := map[string]int{}
+	for _, f := range m.Files {
+		_, d, err := generation.Read(opts.FS, path.Join(c.BaseDir(), f.Path), schema.Rollout())
+		if err != nil {
+			t.Fatalf("base file %s: %v", f.Path, err)
+		}
+		for _, id := range d.Rows.IDs {
+			inBase[id]++
+		}
+	}
+	for id := range acked {
+		if inBase[id] != 1 {
+			t.Fatalf("acknowledged id %s is in the base %d times", id, inBase[id])
+		}
+	}
+	for id, n := range inBase {
+		if !acked[id] {
+			t.Fatalf("id %s is in the base (%d times) but was never acknowledged", id, n)
+		}
+	}
 }
 
 // expectDiskFull checks that s refuses appends for a full disk, writes
