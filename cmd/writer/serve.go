@@ -180,11 +180,7 @@ func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	defer cancel()
-	for _, hs := range servers {
-		if err := hs.Shutdown(shutdownCtx); err != nil {
-			runErr = errors.Join(runErr, fmt.Errorf("stop http server: %w", err))
-		}
-	}
+	drainHTTP(servers, o.shutdownTimeout/2, log)
 	if err := host.Close(shutdownCtx); err != nil {
 		runErr = errors.Join(runErr, fmt.Errorf("close shards: %w", err))
 	}
@@ -192,6 +188,25 @@ func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
 		log.Info("stopped")
 	}
 	return runErr
+}
+
+// msgCutConnections is logged when the drain at shutdown ran out of time.
+const msgCutConnections = "connections still open after the drain are closed"
+
+// drainHTTP stops the HTTP servers: no new connections, and the requests in
+// flight finish, for at most d. Past that the connections still open are
+// closed: a client trickling its body (or a stuck one) must not hold the
+// shards' flush and release, which the rest of the shutdown timeout is for.
+// A request cut so never got an acknowledgement, so nothing is lost.
+func drainHTTP(servers []*http.Server, d time.Duration, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	for _, hs := range servers {
+		if err := hs.Shutdown(ctx); err != nil {
+			log.Warn(msgCutConnections, "drain", d.String(), "err", err)
+			hs.Close()
+		}
+	}
 }
 
 // snapshotsAttrs describe the snapshot store for the log.

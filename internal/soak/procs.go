@@ -172,10 +172,10 @@ func (p *proc) stop(sig syscall.Signal, d time.Duration) error {
 	p.cmd.Process.Signal(sig)
 	select {
 	case <-p.done:
-		if sig == syscallKILL {
-			return nil
+		if err := p.err(); err != nil && sig != syscallKILL {
+			return fmt.Errorf("%w; last lines:\n%s", err, p.tail(15))
 		}
-		return p.err()
+		return nil
 	case <-time.After(d):
 		p.cmd.Process.Kill()
 		<-p.done
@@ -288,14 +288,7 @@ func (r *run) killLoop(ctx context.Context) {
 	if r.cfg.KillEvery < 0 {
 		return
 	}
-	t := time.NewTicker(r.cfg.KillEvery)
-	defer t.Stop()
-	for n := 1; ; n++ {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	for n := 1; waitCtx(ctx, r.cfg.KillEvery); n++ { // from the last start: a slow stop does not bunch the next
 		sig := syscallKILL
 		if n%4 == 2 {
 			sig = syscallTERM
