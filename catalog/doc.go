@@ -1,0 +1,58 @@
+// Package catalog is an Apache Iceberg catalog whose record of each table
+// is one etcd key, so that a table commit can be part of a larger etcd
+// transaction: the merge publishes base files and raises the shard
+// watermarks in the same transaction that swaps the table's metadata.
+//
+// # Keys
+//
+//	/<prefix>/namespaces/<ns>        {"<property>":"<value>",...}
+//	/<prefix>/tables/<ns>/<table>    {"format":1,"metadata_location":"…",
+//	                                  "previous_metadata_location":"…"}
+//
+// Namespaces have one level. The table record's format is wire format
+// (see docs/format/iceberg.md); it is decoded strictly.
+//
+// # A commit
+//
+//	PrepareCommit / PrepareAppend              (no etcd write)
+//	  read record + ModRevision R, load metadata
+//	  check requirements ─────────────────────── stale: ErrConflict
+//	  [append] write manifest, manifest list     (durable, attempt-unique names)
+//	  write <location>/metadata/<v+1>-<uuid>.metadata.json (durable)
+//	  → PreparedCommit{Cmps: ModRevision(key) == R, Ops: Put(key, new record)}
+//	Apply, or the caller's own transaction:
+//	  txn If Cmps [+ caller's] Then Ops [+ caller's]
+//	  false guard ───────────────────────────── ErrConflict (nothing changed)
+//	  lost answer ── ReadBack: Committed | NotApplied | Superseded
+//
+// Files written for an attempt that never commits are garbage that no
+// record names. ReadBack decides an unknown outcome from the key alone
+// (our record byte for byte; otherwise, if the key moved, whether the
+// current metadata's log names our file): the whole transaction that
+// carried the ops applied exactly when the outcome is Committed.
+//
+// The Catalog interface's CommitTable is PrepareCommit then Apply. Its
+// conflicts match table.ErrCommitFailed, which iceberg-go's
+// Transaction.Commit would retry by replaying the snapshot on the new head;
+// base tables set commit.retry.num-retries=0 so that a stale handle is
+// refused instead (the merge replans, it never replays).
+//
+// # Files
+//
+// Every file goes through a vfs.FS (fileIO): temp name, fsync, rename,
+// fsync of the directory, so a record in etcd never names a file a crash
+// can lose. Locations are absolute local paths for now.
+//
+// # Base tables
+//
+// CreateBaseTable makes the Iceberg table of a rollwal base table:
+// BaseSchema (stable field ids: id 1, _seq 2, _epoch 3, user columns from
+// 4), unpartitioned, sorted by _seq, with a name mapping because base
+// files carry no Parquet field ids. PrepareAppend registers existing base
+// files without reading them, with their _seq range as bounds, and
+// Summary/ParseSummary record per shard the generations and writer epochs
+// a snapshot published.
+//
+// An Etcd is safe for concurrent use; commits to one table are serialised
+// by the guard, not by a lock.
+package catalog

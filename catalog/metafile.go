@@ -1,0 +1,57 @@
+package catalog
+
+import (
+	"encoding/json"
+	"fmt"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/apache/iceberg-go/table"
+	"github.com/google/uuid"
+)
+
+// Table metadata files follow the Iceberg convention, under the table's
+// location:
+//
+//	<location>/metadata/<version %05d>-<uuid>.metadata.json
+//
+// version is the previous file's plus one (0 at create). The uuid makes the
+// name unique to the attempt, so two attempts at the same version never
+// write the same file and a failed attempt leaves only garbage that no
+// record names.
+var metadataName = regexp.MustCompile(`^(\d{5,})-([0-9a-f-]{36})\.metadata\.json$`)
+
+// metadataLocation returns a new, attempt-unique location for version.
+func metadataLocation(tableLoc string, version int) string {
+	return strings.TrimSuffix(tableLoc, "/") + "/metadata/" + fmt.Sprintf("%05d-%s.metadata.json", version, uuid.NewString())
+}
+
+// parseMetadataVersion returns the version in a metadata location's name.
+func parseMetadataVersion(loc string) (int, error) {
+	m := metadataName.FindStringSubmatch(path.Base(loc))
+	if m == nil {
+		return 0, fmt.Errorf("%w: metadata location %q is not <version>-<uuid>.metadata.json", ErrCorrupt, loc)
+	}
+	if _, err := uuid.Parse(m[2]); err != nil {
+		return 0, fmt.Errorf("%w: metadata location %q: %v", ErrCorrupt, loc, err)
+	}
+	v, err := strconv.Atoi(m[1])
+	if err != nil {
+		return 0, fmt.Errorf("%w: metadata location %q: %v", ErrCorrupt, loc, err)
+	}
+	return v, nil
+}
+
+// writeMetadata writes meta as JSON to loc, durably.
+func (c *Etcd) writeMetadata(meta table.Metadata, loc string) error {
+	data, err := json.Marshal(meta)
+	if err != nil {
+		return fmt.Errorf("catalog: encode metadata: %w", err)
+	}
+	if err := c.io.WriteFile(loc, data); err != nil {
+		return fmt.Errorf("catalog: write metadata %s: %w", loc, err)
+	}
+	return nil
+}

@@ -1,0 +1,104 @@
+package catalog
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/apache/iceberg-go"
+	icecat "github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/rollwal/rollwal/schema"
+)
+
+// Field ids of the base table. Wire format: never renumber. The system
+// columns have the same ids in every table; user column i (0-based, in
+// schema order) has FirstUserFieldID+i. Field order follows the Parquet
+// layout of base files (id, user columns, _seq, _epoch).
+const (
+	IDFieldID        = 1
+	SeqFieldID       = 2
+	EpochFieldID     = 3
+	FirstUserFieldID = 4
+)
+
+// SeqSortOrderID is the id of the base table's sort order: _seq ascending.
+const SeqSortOrderID = 1
+
+// BaseSchema is a table schema as an Iceberg schema (schema id 0). id is
+// the identifier field. _seq and _epoch are uint64 in the files and long
+// in Iceberg, which has no unsigned type: values stay below 2^63.
+func BaseSchema(s *schema.Schema) (*iceberg.Schema, error) {
+	fields := []iceberg.NestedField{{ID: IDFieldID, Name: schema.IDColumn, Type: iceberg.PrimitiveTypes.String, Required: true}}
+	for i, col := range s.Columns {
+		t, err := icebergType(col.Type)
+		if err != nil {
+			return nil, fmt.Errorf("catalog: column %q: %w", col.Name, err)
+		}
+		fields = append(fields, iceberg.NestedField{ID: FirstUserFieldID + i, Name: col.Name, Type: t, Required: !col.Nullable})
+	}
+	fields = append(fields,
+		iceberg.NestedField{ID: SeqFieldID, Name: schema.SeqColumn, Type: iceberg.PrimitiveTypes.Int64, Required: true},
+		iceberg.NestedField{ID: EpochFieldID, Name: schema.EpochColumn, Type: iceberg.PrimitiveTypes.Int64, Required: true})
+	return iceberg.NewSchemaWithIdentifiers(0, []int{IDFieldID}, fields...), nil
+}
+
+func icebergType(t schema.Type) (iceberg.Type, error) {
+	switch t {
+	case schema.String, schema.JSON: // Iceberg v2 has no JSON type
+		return iceberg.PrimitiveTypes.String, nil
+	case schema.Int64:
+		return iceberg.PrimitiveTypes.Int64, nil
+	case schema.Float64:
+		return iceberg.PrimitiveTypes.Float64, nil
+	case schema.Bool:
+		return iceberg.PrimitiveTypes.Bool, nil
+	}
+	return nil, fmt.Errorf("no Iceberg type for %v", t)
+}
+
+// BaseSortOrder is _seq ascending: base files hold their rows in WAL order.
+func BaseSortOrder() (table.SortOrder, error) {
+	return table.NewSortOrder(SeqSortOrderID, []table.SortField{{
+		SourceIDs: []int{SeqFieldID}, Transform: iceberg.IdentityTransform{},
+		Direction: table.SortASC, NullOrder: table.NullsFirst,
+	}})
+}
+
+// BaseProperties are the base table's properties: format v2; a name
+// mapping, because base files carry no Parquet field ids (readers resolve
+// columns by name through it); and no automatic commit retries, because a
+// base commit is replanned by the merge, never replayed by iceberg-go.
+func BaseProperties(sc *iceberg.Schema) (iceberg.Properties, error) {
+	mapping, err := json.Marshal(sc.NameMapping())
+	if err != nil {
+		return nil, err
+	}
+	return iceberg.Properties{
+		table.PropertyFormatVersion: "2",
+		table.DefaultNameMappingKey: string(mapping),
+		table.CommitNumRetriesKey:   strconv.Itoa(0),
+	}, nil
+}
+
+// CreateBaseTable creates the Iceberg table of a rollwal base table at
+// location (the base directory): BaseSchema, unpartitioned, BaseSortOrder,
+// BaseProperties.
+func (c *Etcd) CreateBaseTable(ctx context.Context, ident table.Identifier, location string, s *schema.Schema) (*table.Table, error) {
+	sc, err := BaseSchema(s)
+	if err != nil {
+		return nil, err
+	}
+	order, err := BaseSortOrder()
+	if err != nil {
+		return nil, err
+	}
+	props, err := BaseProperties(sc)
+	if err != nil {
+		return nil, err
+	}
+	return c.CreateTable(ctx, ident, sc, icecat.WithLocation(location),
+		icecat.WithPartitionSpec(iceberg.UnpartitionedSpec), icecat.WithSortOrder(order), icecat.WithProperties(props))
+}
