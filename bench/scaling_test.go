@@ -23,7 +23,9 @@ func BenchmarkAppendByHistory(b *testing.B) {
 	for _, history := range []int{0, 1000} {
 		b.Run(fmt.Sprintf("generations=%d", history), func(b *testing.B) {
 			ctx := context.Background()
-			h, s := openShard(b, scalingOptions(b, engine.Options{FlushBytes: 64 << 20, FlushAge: -1}))
+			// The history stays unmerged: room for it above the default
+			// limit on unmerged generations (ErrMergesBehind).
+			h, s := openShard(b, scalingOptions(b, engine.Options{FlushBytes: 64 << 20, FlushAge: -1, MaxUnmergedGenerations: 2 * max(history, 1000)}))
 			defer h.Close(ctx)
 			batches, _ := prepare(b, 1)
 			for g := range history {

@@ -166,10 +166,10 @@ func BenchmarkSustainedIngest(b *testing.B) {
 	// keeps to), reported at every rate the engine keeps up with and, with
 	// SATURATE, with the budget full; a line says when it is exceeded.
 	ceiling := int64(sustainBudget + sustainRSSAllowance)
-	for _, s := range []*stepResult{held, throughput} {
-		if s != nil && s.peakRSS > ceiling {
-			fmt.Printf("sustain: MEMORY CEILING EXCEEDED: peak RSS %.0f MiB at the sustained rate %.0f rows/s is above MemoryBudget %d MiB + allowance %d MiB = %.0f MiB (peak Go heap %.0f MiB, live after a GC %.0f MiB, memtables at most %.0f MiB)\n",
-				mib(s.peakRSS), s.offered, sustainBudget>>20, sustainRSSAllowance>>20, mib(ceiling), mib(int64(s.peakHeap)), mib(int64(s.peakLive)), mib(s.memMax))
+	for i, s := range []*stepResult{held, throughput} {
+		if s != nil && s.peakRSS > ceiling && (i == 0 || s != held) {
+			fmt.Printf("sustain: MEMORY CEILING EXCEEDED: peak RSS %.0f MiB at the sustained rate %.0f rows/s is above MemoryBudget %d MiB + allowance %d MiB = %.0f MiB (peak Go heap %.0f MiB, live after a GC %.0f MiB, memtables at most %.0f MiB; RSS before the engine opened %.0f MiB: run the benchmark alone to measure the bound)\n",
+				mib(s.peakRSS), s.offered, sustainBudget>>20, sustainRSSAllowance>>20, mib(ceiling), mib(int64(s.peakHeap)), mib(int64(s.peakLive)), mib(s.memMax), mib(runner.baseRSS))
 		}
 	}
 	// With the budget full the live heap is the budget plus the rest; the
