@@ -29,9 +29,10 @@ var mutating = map[string]bool{
 }
 
 // excludedDirs are module-relative directories allowed to touch the disk
-// directly: the vfs itself, and benchmarks that compare against peers
-// writing through their own I/O.
-var excludedDirs = []string{"internal/vfs", "bench"}
+// directly: the vfs itself, benchmarks that compare against peers writing
+// through their own I/O, and the soak, which drives the real writer process
+// on a real directory and writes only its own report.
+var excludedDirs = []string{"internal/vfs", "bench", "internal/soak", "internal/cmd/soak"}
 
 // check reports, as "file:line: message", every use of a mutating os
 // function in f, through any name f imports "os" under. A call and a
