@@ -9,7 +9,10 @@
 //	        the WAL for that epoch; load the producer state the manifest
 //	        names; replay the exact range (replay_cursor, tail] into the
 //	        current generation, restoring rows, source offsets and producer
-//	        sequences.
+//	        sequences. When replayFlushClaims claims started above the
+//	        replay cursor (writers that died before their first flush),
+//	        commit the replayed rows before serving, so that the manifest's
+//	        epoch records stay bounded (shardmeta.PruneEpochs).
 //	Append: validate the whole batch, check the producer session's
 //	        sequence (a retry of an acknowledged batch is all duplicates; a
 //	        gap is a *SequenceError), drop ids already in the shard's

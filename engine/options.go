@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -13,6 +15,7 @@ import (
 	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/memtable"
 	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/shardmeta"
 	"github.com/rollwal/rollwal/snapshot"
 	"github.com/rollwal/rollwal/wal"
 )
@@ -200,13 +203,62 @@ func (o *Options) Validate() error {
 	check(o.ProducerExpiry <= 0, "producer expiry %v must be positive", o.ProducerExpiry)
 	check(o.MaxProducers <= 0, "max producers %d must be positive", o.MaxProducers)
 	check(o.MaxSources <= 0, "max sources %d must be positive", o.MaxSources)
-	check(o.MaxUnmergedGenerations <= 0 || o.MaxUnmergedGenerations > maxUnmergedGenerationsCap,
-		"max unmerged generations %d must be in 1..%d (the manifest must fit one etcd value)", o.MaxUnmergedGenerations, maxUnmergedGenerationsCap)
+	check(o.MaxUnmergedGenerations <= 0, "max unmerged generations %d must be positive", o.MaxUnmergedGenerations)
+	if o.MaxSources > 0 && o.MaxUnmergedGenerations > 0 {
+		b := shardmeta.ManifestBound(o.MaxUnmergedGenerations, o.MaxSources, MaxSourceBytes)
+		check(b > MaxManifestBytes,
+			"max unmerged generations %d and max sources %d allow a shard manifest of %d bytes (with %d epoch records and %d-byte source names), above the %d it may take (one etcd value): lower one of them",
+			o.MaxUnmergedGenerations, o.MaxSources, b, shardmeta.MaxEpochRecords(o.MaxUnmergedGenerations), MaxSourceBytes, MaxManifestBytes)
+	}
+	if err := checkOwnerField("writer id", o.WriterID, MaxWriterIDBytes); err != nil {
+		errs = append(errs, err)
+	} else if o.WriterID == "" {
+		errs = append(errs, errors.New("engine: writer id is empty"))
+	}
+	if err := checkOwnerField("address", o.Address, MaxAddressBytes); err != nil {
+		errs = append(errs, err)
+	}
 	check(o.Codec != "snappy" && o.Codec != "zstd" && o.Codec != "none", "unknown codec %q (want snappy, zstd or none)", o.Codec)
 	if err := o.Schema.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// MaxManifestBytes is the most a shard manifest may encode to at the limits
+// Options allow (shardmeta.ManifestBound). etcd refuses a request above
+// --max-request-bytes, 1.5 MiB by default, and the claim transaction
+// carries the manifest with the epoch and owner keys; the rest is room for
+// the few generations a shard commits beyond MaxUnmergedGenerations (the
+// limit is checked when an append is admitted, and replay flushes whatever
+// the count). See docs/format/etcd.md.
+const MaxManifestBytes = 1 << 20
+
+// MaxWriterIDBytes and MaxAddressBytes bound Options.WriterID and
+// Options.Address, which every shard's owner key records.
+const (
+	MaxWriterIDBytes = 256
+	MaxAddressBytes  = 256
+)
+
+// checkOwnerField checks a value of the owner key: at most limit bytes of
+// printable UTF-8 (unicode.IsPrint: ASCII space, no other space, no control
+// or format character).
+func checkOwnerField(what, v string, limit int) error {
+	if len(v) > limit {
+		return fmt.Errorf("engine: %s of %d bytes, the limit is %d", what, len(v), limit)
+	}
+	for i := 0; i < len(v); {
+		r, n := utf8.DecodeRuneInString(v[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			return fmt.Errorf("engine: %s %q: byte %d is not valid UTF-8", what, v, i)
+		case !unicode.IsPrint(r):
+			return fmt.Errorf("engine: %s %q: unprintable %U at byte %d", what, v, r, i)
+		}
+		i += n
+	}
+	return nil
 }
 
 // newBudget is split out so a Host shares one budget across its shards.

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Producer sessions make retries idempotent at any time, learnt from
@@ -55,11 +57,10 @@ const (
 	// DefaultMaxSources bounds the sources a shard tracks offsets for.
 	DefaultMaxSources = 1024
 	// DefaultMaxUnmergedGenerations bounds the generations a manifest
-	// holds before merges drain them: about 200 KB of manifest.
+	// holds before merges drain them: at most 405 KB of manifest with their
+	// epoch records. Options.Validate refuses limits whose manifest could
+	// pass MaxManifestBytes.
 	DefaultMaxUnmergedGenerations = 1000
-	// maxUnmergedGenerationsCap keeps the manifest (about 200 bytes a
-	// generation) far below etcd's default 1.5 MiB request limit.
-	maxUnmergedGenerationsCap = 5000
 )
 
 var (
@@ -125,14 +126,37 @@ func ValidateProducerID(id string) error {
 // sent, so an offset at the top of int64 would pin it for good.
 const MaxSourceOffset = 1<<62 - 1
 
-// ValidateSource checks a source name's length and its offset's range
-// (0 ≤ offset ≤ MaxSourceOffset).
+// ValidateSource checks a source: a name of at most MaxSourceBytes bytes
+// of valid UTF-8 without control characters (C0, DEL and C1), and an offset
+// in 0..MaxSourceOffset. The name becomes a key of the shard manifest's
+// source_offsets and of the snapshot store (which takes every name this
+// accepts): invalid UTF-8 would be rewritten to U+FFFD there, so that two
+// names could become one key, and control characters are no key part.
 func ValidateSource(src Source) error {
 	if len(src.Name) > MaxSourceBytes {
 		return fmt.Errorf("%w: source name of %d bytes, the limit is %d", ErrInvalidAppend, len(src.Name), MaxSourceBytes)
 	}
+	if err := checkSourceName(src.Name); err != nil {
+		return fmt.Errorf("%w: source name %q: %v", ErrInvalidAppend, src.Name, err)
+	}
 	if src.Offset < 0 || src.Offset > MaxSourceOffset {
 		return fmt.Errorf("%w: source %q: offset %d outside 0..%d", ErrInvalidAppend, src.Name, src.Offset, int64(MaxSourceOffset))
+	}
+	return nil
+}
+
+// checkSourceName names the first byte of name that is not valid UTF-8 or
+// starts a control character.
+func checkSourceName(name string) error {
+	for i := 0; i < len(name); {
+		r, n := utf8.DecodeRuneInString(name[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			return fmt.Errorf("byte %d is not valid UTF-8", i)
+		case unicode.IsControl(r):
+			return fmt.Errorf("control character %U at byte %d", r, i)
+		}
+		i += n
 	}
 	return nil
 }

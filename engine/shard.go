@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -213,9 +214,36 @@ func (s *Shard) recover(ctx context.Context) error {
 	if rows > 0 {
 		s.replayEnd = s.set.Active().Generation()
 	}
+	if err := s.commitReplayIfBehind(ctx, rows); err != nil {
+		return err
+	}
 	s.metrics.replayRows.WithLabelValues(s.name).Add(float64(rows))
 	s.metrics.replaySeconds.WithLabelValues(s.name).Set(time.Since(start).Seconds())
 	s.log.Info("replayed WAL tail", "rows", rows, "from", m.ReplayCursor, "to", s.w.Tail(), "duration", time.Since(start))
+	return nil
+}
+
+// replayFlushClaims is how many of the manifest's claims may start above
+// the replay cursor before an open commits what it replayed ahead of
+// serving appends. Each such claim inherited a WAL tail no commit has
+// covered, and its epoch record stays until one does
+// (shardmeta.PruneEpochs): a writer that kept dying before its first flush
+// would otherwise add a record to the manifest at every restart.
+const replayFlushClaims = shardmeta.RecentEpochs / 2
+
+// commitReplayIfBehind commits the replayed rows at once when
+// replayFlushClaims claims started above the replay cursor.
+func (s *Shard) commitReplayIfBehind(ctx context.Context, rows int) error {
+	n := s.manifest.UncoveredEpochs()
+	if rows == 0 || n < replayFlushClaims {
+		return nil
+	}
+	s.log.Info("committing the replayed WAL tail before serving appends", "claims_above_replay_cursor", n, "rows", rows)
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	if err := s.flushOnce(ctx, true); err != nil {
+		return fmt.Errorf("engine: shard %s: commit the replayed WAL tail (%d claims started above the replay cursor): %w", s.name, n, err)
+	}
 	return nil
 }
 
@@ -264,8 +292,8 @@ func (s *Shard) removeGarbage() error {
 // replay inserts the records of (from, to] into the active memtable,
 // skipping what source-side exclusion proves is already committed: records
 // an epoch tagged with a generation that the same epoch committed, and
-// records of an older epoch written past a newer epoch's start position (a
-// zombie's unacknowledged tail).
+// records of an older epoch written after a newer epoch's claim (a zombie's
+// unacknowledged tail): see skipOnReplay.
 func (s *Shard) replay(ctx context.Context, from, to uint64) (int, error) {
 	m := s.manifest
 	var rows int
@@ -323,31 +351,33 @@ func (p *replayProgress) at(pos uint64, rows int) {
 }
 
 func (s *Shard) skipOnReplay(m *shardmeta.Manifest, h wal.Header) bool {
-	if !s.opts.DisableSourceExclusion && h.Generation < committedBy(m, h.Epoch) {
-		return true
-	}
-	for _, e := range m.Epochs {
-		if e.Epoch > h.Epoch && e.StartPosition < h.FirstPos {
-			return true
-		}
-	}
-	return false
+	return skipOnReplay(m, h, !s.opts.DisableSourceExclusion)
 }
 
-// committedBy returns the generation below which epoch e committed every
-// generation it tagged records with: the start generation of the next
-// epoch. A record of e tagged at or above it was never committed by e
-// itself; a later epoch may have replayed it into another generation, and
-// only the replay cursor can tell whether that generation committed (a
-// replay that spans generations flushes part of the tail and dies with the
-// rest still tagged below current_generation).
-func committedBy(m *shardmeta.Manifest, e uint64) uint64 {
-	for _, r := range m.Epochs {
-		if r.Epoch > e {
-			return r.StartGeneration
-		}
+// skipOnReplay reports whether the replay over (m.ReplayCursor, tail]
+// skips record h, which reaches past the cursor. h is judged by the record
+// of the first later epoch, next (the records' start positions and
+// generations never decrease, so it has the lowest of the later epochs):
+//
+//   - next starts at or below the cursor: everything h's epoch wrote before
+//     next's claim ends at or below next's start position (the WAL tail that
+//     claim read), hence at or below the cursor, so h was written after that
+//     claim, by a zombie, and never acknowledged;
+//   - h begins above next's start position: a zombie's, as above;
+//   - with source exclusion, h's generation is below next's start
+//     generation: h's epoch committed that generation itself.
+//
+// A record of the latest epoch (none later) is replayed. The first rule is
+// what lets a claim drop the records before one that starts at or below the
+// cursor (shardmeta.PruneEpochs): every record they judged is skipped by it.
+func skipOnReplay(m *shardmeta.Manifest, h wal.Header, sourceExclusion bool) bool {
+	i := slices.IndexFunc(m.Epochs, func(r shardmeta.EpochRecord) bool { return r.Epoch > h.Epoch })
+	if i < 0 {
+		return false
 	}
-	return 0
+	next := m.Epochs[i]
+	return next.StartPosition <= m.ReplayCursor || next.StartPosition < h.FirstPos ||
+		sourceExclusion && h.Generation < next.StartGeneration
 }
 
 // replayBatch inserts one replayed record. Replay is bounded in memory:

@@ -69,7 +69,9 @@ type claimPlan struct {
 //	             owner    = Owner JSON, bound to lease
 //	             manifest = m with writer_epoch = the new epoch and a new
 //	                        EpochRecord{start_generation: current_generation,
-//	                        start_position: set by prepare}
+//	                        start_position: set by prepare}, less the
+//	                        epoch records nothing needs any more
+//	                        (PruneEpochs, after prepare)
 //
 // The transaction's revision is the claim's Token. prepare, if not nil, is
 // called with the new manifest before the transaction; it may modify it
@@ -186,6 +188,7 @@ func planClaim(shard string, snap *snapshot, owner Owner, prepare func(*Manifest
 			return nil, fmt.Errorf("shardmeta: claim shard %q: prepare: %w", shard, err)
 		}
 	}
+	p.next.PruneEpochs()
 	if err := checkClaimManifest(shard, cur, p); err != nil {
 		return nil, err
 	}
@@ -212,10 +215,16 @@ func checkClaimManifest(shard string, cur *Manifest, p *claimPlan) error {
 		return fmt.Errorf("shardmeta: claim shard %q: prepared manifest: %w", shard, err)
 	}
 	last, _ := next.LastEpoch()
+	added := 0
+	for _, r := range next.Epochs {
+		if r.Epoch > cur.WriterEpoch {
+			added++
+		}
+	}
 	switch {
-	case next.WriterEpoch != p.epoch || len(next.Epochs) != len(cur.Epochs)+1:
-		return fmt.Errorf("%w: shard %q: prepare changed the claimed epoch %d (writer_epoch %d, %d epoch records, want %d)",
-			ErrInvalidTransition, shard, p.epoch, next.WriterEpoch, len(next.Epochs), len(cur.Epochs)+1)
+	case next.WriterEpoch != p.epoch || added != 1:
+		return fmt.Errorf("%w: shard %q: prepare changed the claimed epoch %d (writer_epoch %d, %d epoch records added, want 1)",
+			ErrInvalidTransition, shard, p.epoch, next.WriterEpoch, added)
 	case last.StartPosition < cur.ReplayCursor:
 		return fmt.Errorf("%w: shard %q: start_position %d of epoch %d is below replay_cursor %d; the WAL tail cannot be below what is committed",
 			ErrInvalidTransition, shard, last.StartPosition, p.epoch, cur.ReplayCursor)

@@ -38,15 +38,24 @@ func Decode(data []byte) (*Manifest, error) {
 // fields in declaration order, map keys sorted and empty collections as []
 // and {}. Equal manifests encode to equal bytes, which is what Store relies
 // on to recognise its own write when reading back after a timeout.
+//
+// Strings are not HTML-escaped: <, > and & are one byte each, not six, so
+// that a valid UTF-8 string without control characters (what
+// engine.ValidateSource allows in a source name) encodes in at most two
+// bytes a byte (\" and \\, and the six bytes \u2028 and \u2029 for
+// three). Manifests written with the escapes decode as before; nothing
+// compares the bytes of one encoder with another's.
 func (m *Manifest) Encode() ([]byte, error) {
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
-	data, err := json.Marshal(m.Clone())
-	if err != nil {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m.Clone()); err != nil {
 		return nil, fmt.Errorf("shardmeta: encode manifest: %w", err)
 	}
-	return data, nil
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // shape describes the JSON structure of the manifest for checkStructure.

@@ -171,3 +171,22 @@ func TestFuzzSeedsClassified(t *testing.T) {
 		}
 	}
 }
+
+// TestEncodeKeepsHTMLCharacters: <, > and & in a source name are encoded as
+// themselves, one byte each, not as Go's six-byte \u003c HTML escapes; a
+// manifest written with the escapes (before this encoding) still decodes
+// to the same manifest.
+func TestEncodeKeepsHTMLCharacters(t *testing.T) {
+	m := NewManifest()
+	m.SourceOffsets["<a&b>"] = 7
+	data := mustEncode(t, m)
+	const want = `"source_offsets":{"<a&b>":7}`
+	if !strings.Contains(string(data), want) {
+		t.Fatalf("encoding %s, want it to hold %s", data, want)
+	}
+	old := strings.Replace(string(data), "<a&b>", `\u003ca\u0026b\u003e`, 1)
+	got, err := Decode([]byte(old))
+	if err != nil || !got.Equal(m) {
+		t.Fatalf("Decode of the escaped encoding: %+v, %v", got, err)
+	}
+}

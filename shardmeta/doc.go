@@ -67,7 +67,9 @@
 // decoded, encoded, claimed or committed passes Validate, which fails closed
 // on any broken invariant. CheckTransition refuses a change that moves
 // writer_epoch, current_generation, replay_cursor or a source offset
-// backwards, or rewrites committed history.
+// backwards, rewrites committed history, or drops an epoch record that is
+// still needed. The encoding's size is bounded (bound.go, ManifestBound;
+// docs/format/etcd.md).
 //
 //	version             1
 //	writer_epoch        epoch of the latest claim (= last epochs[].epoch)
@@ -76,7 +78,8 @@
 //	flushed[]           committed, undrained: number, file, rows, bytes,
 //	                    seq_first..seq_last, epoch — ascending, disjoint
 //	epochs[]            per claim: epoch, start_generation, start_position,
-//	                    replay_end_generation
+//	                    replay_end_generation — each claim drops the ones
+//	                    nothing needs any more (PruneEpochs, epochs.go)
 //	source_offsets{}    highest producer offset per source covered
 //	producer_state      optional (absent until a producer session appears):
 //	                    file (relative to the shard's directory), size,

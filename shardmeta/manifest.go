@@ -59,7 +59,8 @@ type Manifest struct {
 	ReplayCursor uint64 `json:"replay_cursor"`
 	// Flushed lists committed generations not yet drained, ascending.
 	Flushed []Generation `json:"flushed"`
-	// Epochs lists every claimed epoch, ascending; the last is WriterEpoch.
+	// Epochs lists the records of the claimed epochs that something still
+	// needs (see PruneEpochs), ascending; the last is WriterEpoch's.
 	Epochs []EpochRecord `json:"epochs"`
 	// SourceOffsets is the highest producer offset per source covered by
 	// committed generations.

@@ -201,9 +201,9 @@ func TestCheckTransition(t *testing.T) {
 		}, "added generation 6 starts at seq 390, not above old replay_cursor 400"},
 		{"epoch record dropped", func(m *Manifest) {
 			m.Epochs = m.Epochs[1:]
-		}, "epochs shrinks from 3 to 2 records"},
-		{"epoch record changes", func(m *Manifest) { m.Epochs[1].StartPosition = 121 }, "epochs[1] changes"},
-		{"replay end changes after it was set", func(m *Manifest) { flush(m); m.Epochs[2].ReplayEndGeneration = 5 }, "epochs[2] changes"},
+		}, "the record of epoch 1 is dropped, but it is one of the newest 16 epochs"},
+		{"epoch record changes", func(m *Manifest) { m.Epochs[1].StartPosition = 121 }, "the record of epoch 2 changes"},
+		{"replay end changes after it was set", func(m *Manifest) { flush(m); m.Epochs[2].ReplayEndGeneration = 5 }, "the record of epoch 3 changes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			old, next := validManifest(), validManifest()

@@ -12,8 +12,10 @@ package shardmeta
 //   - an added generation (number ≥ old's current_generation) carries an
 //     epoch other than new's writer_epoch, or starts at or below old's
 //     replay_cursor (it would cover WAL positions already covered);
-//   - old's epoch records are not a prefix of new's, except that a record's
-//     replay_end_generation may be set once (from 0).
+//   - a record of old changes in new, except that its
+//     replay_end_generation may be set once (from 0); a record of old's
+//     epochs is added; or a record of old leaves while new still needs it
+//     (see PruneEpochs for what needs one).
 func CheckTransition(old, new *Manifest) error {
 	if old == nil || new == nil {
 		return transitionf("nil manifest")
@@ -78,16 +80,31 @@ func checkFlushedTransition(old, new *Manifest) error {
 }
 
 func checkEpochsTransition(old, new *Manifest) error {
-	if len(new.Epochs) < len(old.Epochs) {
-		return transitionf("epochs shrinks from %d to %d records", len(old.Epochs), len(new.Epochs))
-	}
-	for i, o := range old.Epochs {
-		n := new.Epochs[i]
+	// Both lists ascend: walk them together. new keeps some of old's
+	// records, in order, and may add records of later epochs.
+	j := 0
+	for _, o := range old.Epochs {
+		if j == len(new.Epochs) || new.Epochs[j].Epoch > o.Epoch {
+			if why := new.epochNeed(o); why != "" {
+				return transitionf("the record of epoch %d is dropped, but %s", o.Epoch, why)
+			}
+			continue
+		}
+		n := new.Epochs[j]
+		if n.Epoch < o.Epoch {
+			return transitionf("a record of epoch %d is added, not above old writer_epoch %d", n.Epoch, old.WriterEpoch)
+		}
 		if o.ReplayEndGeneration == 0 {
 			n.ReplayEndGeneration = 0 // may be set once
 		}
 		if o != n {
-			return transitionf("epochs[%d] changes from %+v to %+v", i, o, new.Epochs[i])
+			return transitionf("the record of epoch %d changes from %+v to %+v", o.Epoch, o, new.Epochs[j])
+		}
+		j++
+	}
+	for _, n := range new.Epochs[j:] {
+		if n.Epoch <= old.WriterEpoch {
+			return transitionf("a record of epoch %d is added, not above old writer_epoch %d", n.Epoch, old.WriterEpoch)
 		}
 	}
 	return nil

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/generation"
 	"github.com/rollwal/rollwal/shardmeta"
@@ -14,48 +16,41 @@ import (
 
 // The size bounds docs/format/etcd.md states, in encoded bytes. Every
 // number of a value is taken at its most digits (uint64 20, int64 19,
-// uint32 10), so the bounds hold for any counter a shard can reach. An
-// entry's bound includes the comma that separates it from the next.
+// uint32 10), so the bounds hold for any counter a shard can reach. The
+// manifest's per-entry sizes are shardmeta's constants (bound.go); the
+// totals below are what the document's tables say, checked against
+// shardmeta.ManifestBound and the real encoding.
 const (
 	// etcdMaxRequestBytes is etcd's default --max-request-bytes (embed.DefaultMaxRequestBytes).
 	etcdMaxRequestBytes = 1.5 * 1024 * 1024
 
-	// Manifest: fixed part (with producer_state and one epoch record),
-	// per flushed generation, per source (a 256-byte printable ASCII name;
-	// a name of bytes JSON escapes as \u00XX costs six times as much), per
-	// further epoch record.
-	docManifestFixed      = 512
-	docGenerationEntry    = 251
-	docSourceEntryASCII   = 279
-	docSourceEntryEscaped = 1559
-	docEpochRecord        = 154
-	// At the engine's default limits (1000 generations, 1024 sources with
-	// ASCII names) and at its cap of 5000 generations with 1024 sources.
-	docManifestDefault = 537_208
-	docManifestCap     = 1_541_208
-	// At 1000 generations and the writer configuration's cap of 4096
-	// sources (cmd/writer/limits.go; package main, so stated here).
-	writerMaxSources         = 4096
-	docManifestWriterSources = 1_394_296
-	// The most epoch records a default-limit manifest holds below
-	// etcdMaxRequestBytes (the doc: it passes at one more). Claims are not
-	// bounded.
-	docEpochsToLimit = 6726
+	// The manifest's worst case at the engine's default limits (1000
+	// generations, 1024 sources), and the largest limit of each with the
+	// other at its default that engine.Options.Validate accepts.
+	docManifestDefault     = 955_816
+	docMostGenerations     = 1229
+	docMostSources         = 1197
+	docManifestGensCap     = 1_048_561
+	docManifestSourcesCap  = 1_048_371
+	docManifestWriterLimit = 4_219_336 // 5000 generations, 4096 sources: refused
+	writerMaxSources       = 4096      // cmd/writer/limits.go (package main, so stated here)
+	writerMaxGenerations   = 5000
 
-	// Owner value of the writer CLI: host name ≤ 64 bytes, pid ≤ 7 digits,
-	// the ingest listener's address.
-	docOwner = 203
+	// Owner value: writer id and address at their limits, of characters JSON
+	// escapes in six bytes; and as the writer CLI writes it (host name ≤ 64
+	// bytes, pid ≤ 7 digits, the ingest listener's address).
+	docOwner    = 3127
+	docOwnerCLI = 203
 
 	// Base state: fixed part with one shard's merge state, per file
 	// (shard "default" and a 128-byte shard name), and the most files it
 	// holds below etcdMaxRequestBytes (the doc: it passes at one more).
 	// Files are not bounded.
-	docBaseFixed              = 167
-	docBaseFileDefault        = 246
-	docBaseFileLongShard      = 488
-	docBaseFilesToLimit       = 6393
-	docBaseFilesToLimitLong   = 3222
-	maxUnmergedGenerationsCap = 5000 // engine/session.go maxUnmergedGenerationsCap; checked below
+	docBaseFixed            = 167
+	docBaseFileDefault      = 246
+	docBaseFileLongShard    = 488
+	docBaseFilesToLimit     = 6393
+	docBaseFilesToLimitLong = 3222
 )
 
 // big is a 20-digit number: every uint64 counter at its widest.
@@ -104,22 +99,27 @@ func asciiName(i int) string {
 	return p + strings.Repeat("x", engine.MaxSourceBytes-len(p))
 }
 
-// escapedSymbols are bytes JSON encodes as \u00XX: six bytes each.
-var escapedSymbols = []byte("\x00\x01\x02\x03\x04\x05\x06\x07\x0b\x0e\x0f\x10\x11\x12\x13\x14\x15\x16\x17\x18\x19\x1a\x1b\x1c\x1d\x1e\x1f<>&")
-
 // escapedName is a distinct name of engine.MaxSourceBytes bytes that JSON
-// escapes byte by byte: i in base 30 over escapedSymbols[1:], padded with
-// escapedSymbols[0].
+// encodes in two bytes each (\" and \\): i in base 2 over `"\`.
 func escapedName(i int) string {
-	digits := escapedSymbols[1:]
-	b := make([]byte, engine.MaxSourceBytes)
-	for j := range b {
-		b[j] = escapedSymbols[0]
-	}
-	for j := 0; i > 0 || j == 0; j, i = j+1, i/len(digits) {
-		b[j] = digits[i%len(digits)]
+	b := []byte(strings.Repeat(`"`, engine.MaxSourceBytes))
+	for j := 0; i > 0; j, i = j+1, i/2 {
+		if i%2 == 1 {
+			b[j] = '\\'
+		}
 	}
 	return string(b)
+}
+
+// separatorName is a distinct name of U+2028 and U+2029 (three bytes each,
+// which JSON always encodes in six) padded with quotes to
+// engine.MaxSourceBytes bytes.
+func separatorName(i int) string {
+	var b strings.Builder
+	for j := 0; j < engine.MaxSourceBytes/3; j, i = j+1, i/2 {
+		b.WriteRune(rune(0x2028 + i%2))
+	}
+	return b.String() + strings.Repeat(`"`, engine.MaxSourceBytes-b.Len())
 }
 
 func encodedLen(t testing.TB, m *shardmeta.Manifest) int {
@@ -134,111 +134,168 @@ func encodedLen(t testing.TB, m *shardmeta.Manifest) int {
 // TestEtcdValueBounds proves the bounds docs/format/etcd.md states for the
 // etcd values rollwal writes: it builds each value at the limits the engine
 // enforces, encodes it as the store does and fails when it is larger than
-// the document says. Where the document says a value is not bounded, it
-// checks the count at which the value passes etcd's request limit.
+// the document says, or than the constants engine.Options.Validate computes
+// its bound from. Where the document says a value is not bounded, it checks
+// the count at which the value passes etcd's request limit.
 func TestEtcdValueBounds(t *testing.T) {
 	t.Run("limits", testEngineLimits)
+	t.Run("manifest-entries", testManifestEntries)
 	t.Run("manifest", testManifestBounds)
-	t.Run("manifest-unbounded", testManifestUnbounded)
 	t.Run("owner", testOwnerBound)
 	t.Run("base-state-unbounded", testBaseStateUnbounded)
 }
 
 // testEngineLimits checks that the limits the bounds rest on are the
-// engine's.
+// engine's, and that the source names the bounds assume are the only ones
+// it takes.
 func testEngineLimits(t *testing.T) {
 	if engine.DefaultMaxUnmergedGenerations != 1000 || engine.DefaultMaxSources != 1024 ||
-		engine.MaxSourceBytes != 256 || engine.MaxSourceOffset != 1<<62-1 {
-		t.Fatalf("engine limits changed (generations %d, sources %d, name %d bytes, offset %d): update docs/format/etcd.md and this test",
-			engine.DefaultMaxUnmergedGenerations, engine.DefaultMaxSources, engine.MaxSourceBytes, int64(engine.MaxSourceOffset))
+		engine.MaxSourceBytes != 256 || engine.MaxSourceOffset != 1<<62-1 || engine.MaxManifestBytes != 1<<20 ||
+		shardmeta.RecentEpochs != 16 || engine.MaxWriterIDBytes != 256 || engine.MaxAddressBytes != 256 {
+		t.Fatalf("engine limits changed (generations %d, sources %d, name %d bytes, offset %d, manifest %d bytes, recent epochs %d, writer id %d, address %d): update docs/format/etcd.md and this test",
+			engine.DefaultMaxUnmergedGenerations, engine.DefaultMaxSources, engine.MaxSourceBytes, int64(engine.MaxSourceOffset),
+			engine.MaxManifestBytes, shardmeta.RecentEpochs, engine.MaxWriterIDBytes, engine.MaxAddressBytes)
 	}
-	for n, ok := range map[int]bool{maxUnmergedGenerationsCap: true, maxUnmergedGenerationsCap + 1: false} {
-		o := engine.Options{MaxUnmergedGenerations: n}
-		o.EnsureDefaults()
-		err := o.Validate()
-		if refused := err != nil && strings.Contains(err.Error(), "max unmerged generations"); refused == ok {
-			t.Errorf("engine.Options.Validate with MaxUnmergedGenerations %d: %v; the cap is no longer %d: update docs/format/etcd.md",
-				n, err, maxUnmergedGenerationsCap)
+	for _, name := range []string{escapedName(1), separatorName(1), "<a&b>"} {
+		if err := engine.ValidateSource(engine.Source{Name: name, Offset: engine.MaxSourceOffset}); err != nil {
+			t.Errorf("engine refuses source %q (%v): docs/format/etcd.md says it takes names JSON escapes in two bytes a byte", name, err)
 		}
 	}
-	if err := engine.ValidateSource(engine.Source{Name: escapedName(0), Offset: engine.MaxSourceOffset}); err != nil {
-		t.Errorf("engine now refuses source names JSON escapes (%v): docs/format/etcd.md says it accepts them; update it", err)
+	for _, name := range []string{"a\xff", "a\x01", "a\x7f", "a\u0085"} {
+		if engine.ValidateSource(engine.Source{Name: name}) == nil {
+			t.Errorf("engine takes source %q: docs/format/etcd.md says it refuses invalid UTF-8 and control characters, which JSON encodes in six bytes", name)
+		}
+	}
+	validate := func(gens, sources int) error {
+		o := engine.Options{Etcd: new(clientv3.Client), MaxUnmergedGenerations: gens, MaxSources: sources}
+		o.EnsureDefaults()
+		return o.Validate()
+	}
+	for _, c := range []struct {
+		gens, sources int
+		ok            bool
+	}{
+		{engine.DefaultMaxUnmergedGenerations, engine.DefaultMaxSources, true},
+		{docMostGenerations, engine.DefaultMaxSources, true},
+		{docMostGenerations + 1, engine.DefaultMaxSources, false},
+		{engine.DefaultMaxUnmergedGenerations, docMostSources, true},
+		{engine.DefaultMaxUnmergedGenerations, docMostSources + 1, false},
+		{writerMaxGenerations, writerMaxSources, false},
+	} {
+		err := validate(c.gens, c.sources)
+		refused := err != nil && strings.Contains(err.Error(), "allow a shard manifest of")
+		if refused == c.ok {
+			t.Errorf("engine.Options.Validate with %d generations and %d sources: %v; docs/format/etcd.md says it %s them",
+				c.gens, c.sources, err, map[bool]string{true: "accepts", false: "refuses"}[c.ok])
+		}
 	}
 }
 
-func testManifestBounds(t *testing.T) {
+// testManifestEntries measures each part of the manifest's encoding and
+// checks it against shardmeta's constants: never above (the bound would
+// not hold) and not below (the constant and the doc would drift).
+func testManifestEntries(t *testing.T) {
 	fixed := encodedLen(t, manifestAt(t, 0, 0, 1, asciiName))
 	gen := encodedLen(t, manifestAt(t, 2, 0, 1, asciiName)) - encodedLen(t, manifestAt(t, 1, 0, 1, asciiName))
-	src := encodedLen(t, manifestAt(t, 0, 2, 1, asciiName)) - encodedLen(t, manifestAt(t, 0, 1, 1, asciiName))
-	esc := encodedLen(t, manifestAt(t, 0, 2, 1, escapedName)) - encodedLen(t, manifestAt(t, 0, 1, 1, escapedName))
 	epoch := encodedLen(t, manifestAt(t, 0, 0, 3, asciiName)) - encodedLen(t, manifestAt(t, 0, 0, 2, asciiName))
-	def := encodedLen(t, manifestAt(t, engine.DefaultMaxUnmergedGenerations, engine.DefaultMaxSources, 1, asciiName))
-	capped := encodedLen(t, manifestAt(t, maxUnmergedGenerationsCap, engine.DefaultMaxSources, 1, asciiName))
-	wide := encodedLen(t, manifestAt(t, engine.DefaultMaxUnmergedGenerations, writerMaxSources, 1, asciiName))
-	t.Logf("manifest: fixed %d, generation %d, source %d (escaped %d), epoch record %d; default limits %d (%.2f MiB), generation cap %d (%.2f MiB), 4096 sources %d (%.2f MiB)",
-		fixed, gen, src, esc, epoch, def, mib(def), capped, mib(capped), wide, mib(wide))
+	src := func(name func(int) string) int {
+		return encodedLen(t, manifestAt(t, 0, 3, 1, name)) - encodedLen(t, manifestAt(t, 0, 2, 1, name))
+	}
+	ascii, esc, sep := src(asciiName), src(escapedName), src(separatorName)
+	t.Logf("manifest: fixed %d, generation %d, epoch record %d, source %d (ASCII name), %d (quotes and backslashes), %d (U+2028/9)",
+		fixed, gen, epoch, ascii, esc, sep)
+	worst := shardmeta.SourceEntryBytes + 2*engine.MaxSourceBytes
 	for _, c := range []struct {
 		what      string
 		got, want int
 	}{
-		{"fixed part", fixed, docManifestFixed},
-		{"flushed generation entry", gen, docGenerationEntry},
-		{"source entry (ASCII name)", src, docSourceEntryASCII},
-		{"source entry (escaped name)", esc, docSourceEntryEscaped},
-		{"epoch record", epoch, docEpochRecord},
-		{"manifest at the default limits", def, docManifestDefault},
-		{"manifest at the generation cap", capped, docManifestCap},
-		{"manifest with 4096 sources", wide, docManifestWriterSources},
+		{"fixed part", fixed, shardmeta.ManifestFixedBytes},
+		{"flushed generation entry", gen, shardmeta.GenerationEntryBytes},
+		{"epoch record", epoch, shardmeta.EpochRecordBytes},
+		{"source entry (ASCII name)", ascii, shardmeta.SourceEntryBytes + engine.MaxSourceBytes},
+		{"source entry (name of quotes and backslashes)", esc, worst},
+		{"source entry (name of line and paragraph separators)", sep, worst},
 	} {
-		if c.got > c.want {
-			t.Errorf("%s encodes to %d bytes, above the %d docs/format/etcd.md states", c.what, c.got, c.want)
+		if c.got != c.want {
+			t.Errorf("%s encodes to %d bytes; shardmeta's constants and docs/format/etcd.md say %d", c.what, c.got, c.want)
 		}
-	}
-	if def >= etcdMaxRequestBytes || capped >= etcdMaxRequestBytes || wide >= etcdMaxRequestBytes {
-		t.Errorf("manifest at the limits is %d / %d / %d bytes, not below etcd's request limit %d", def, capped, wide, int(etcdMaxRequestBytes))
-	}
-	if f := docManifestFixed + engine.DefaultMaxUnmergedGenerations*docGenerationEntry + engine.DefaultMaxSources*docSourceEntryASCII; f > docManifestDefault {
-		t.Errorf("the doc's default-limit bound %d is below its own formula %d", docManifestDefault, f)
 	}
 }
 
-// testManifestUnbounded checks where the manifest passes the request limit:
-// epoch records (one per claim, never removed) and escaped source names.
-func testManifestUnbounded(t *testing.T) {
-	at := func(epochs int) int {
-		return encodedLen(t, manifestAt(t, engine.DefaultMaxUnmergedGenerations, engine.DefaultMaxSources, epochs, asciiName))
+// testManifestBounds builds manifests at the limits, with the most epoch
+// records a claim keeps and the costliest source names, and checks their
+// encoding against shardmeta.ManifestBound, the document's totals and the
+// ceiling.
+func testManifestBounds(t *testing.T) {
+	at := func(gens, sources int) (encoded int, bound int64) {
+		m := manifestAt(t, gens, sources, shardmeta.MaxEpochRecords(gens), escapedName)
+		return encodedLen(t, m), shardmeta.ManifestBound(gens, sources, engine.MaxSourceBytes)
 	}
-	if n := at(docEpochsToLimit); n >= etcdMaxRequestBytes {
-		t.Errorf("with %d epoch records the default-limit manifest is %d bytes, already past %d", docEpochsToLimit, n, int(etcdMaxRequestBytes))
+	for _, c := range []struct {
+		what          string
+		gens, sources int
+		doc           int
+	}{
+		{"default limits", engine.DefaultMaxUnmergedGenerations, engine.DefaultMaxSources, docManifestDefault},
+		{"most generations", docMostGenerations, engine.DefaultMaxSources, docManifestGensCap},
+		{"most sources", engine.DefaultMaxUnmergedGenerations, docMostSources, docManifestSourcesCap},
+		{"writer configuration's caps", writerMaxGenerations, writerMaxSources, docManifestWriterLimit},
+	} {
+		got, bound := at(c.gens, c.sources)
+		t.Logf("%s (%d generations, %d sources): %d bytes (%.2f MiB), bound %d", c.what, c.gens, c.sources, got, mib(got), bound)
+		if int64(got) > bound {
+			t.Errorf("%s: the manifest encodes to %d bytes, above shardmeta.ManifestBound %d", c.what, got, bound)
+		}
+		if bound != int64(c.doc) {
+			t.Errorf("%s: shardmeta.ManifestBound is %d, docs/format/etcd.md says %d", c.what, bound, c.doc)
+		}
 	}
-	if n := at(docEpochsToLimit + 1); n < etcdMaxRequestBytes {
-		t.Errorf("with %d epoch records the default-limit manifest is %d bytes, still below %d: update docEpochsToLimit", docEpochsToLimit+1, n, int(etcdMaxRequestBytes))
+	// The doc's formula: 2,976 + 405 × generations + 535 × sources.
+	for _, c := range [][2]int{{0, 0}, {1, 1}, {1000, 1024}, {37, 5}} {
+		if got, want := shardmeta.ManifestBound(c[0], c[1], engine.MaxSourceBytes), int64(2976+405*c[0]+535*c[1]); got != want {
+			t.Errorf("ManifestBound(%d generations, %d sources) = %d; docs/format/etcd.md's formula gives %d", c[0], c[1], got, want)
+		}
 	}
-	both := encodedLen(t, manifestAt(t, maxUnmergedGenerationsCap, writerMaxSources, 1, asciiName))
-	t.Logf("5000 generations and 4096 sources: %d bytes (%.2f MiB)", both, mib(both))
-	if both < etcdMaxRequestBytes {
-		t.Errorf("5000 generations and 4096 sources encode to %d bytes, below the request limit: docs/format/etcd.md says they pass it", both)
+	if docManifestDefault > engine.MaxManifestBytes || docManifestGensCap > engine.MaxManifestBytes ||
+		docManifestSourcesCap > engine.MaxManifestBytes || docManifestWriterLimit <= engine.MaxManifestBytes {
+		t.Errorf("the doc's totals are on the wrong side of engine.MaxManifestBytes %d", engine.MaxManifestBytes)
 	}
-	esc := encodedLen(t, manifestAt(t, 0, engine.DefaultMaxSources, 1, escapedName))
-	t.Logf("1024 escaped source names alone: %d bytes (%.2f MiB)", esc, mib(esc))
-	if esc < etcdMaxRequestBytes {
-		t.Errorf("1024 escaped source names encode to %d bytes, below the request limit: docs/format/etcd.md says they pass it", esc)
+	if headroom := etcdMaxRequestBytes - engine.MaxManifestBytes; headroom < 256<<10 {
+		t.Errorf("only %d bytes between the manifest ceiling and etcd's request limit", int(headroom))
 	}
 }
 
 func testOwnerBound(t *testing.T) {
-	o := shardmeta.Owner{
+	size := func(o shardmeta.Owner) int {
+		data, err := json.Marshal(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(data)
+	}
+	worst := shardmeta.Owner{ // '<' encodes in six bytes, the most of any printable byte
+		Writer: strings.Repeat("<", engine.MaxWriterIDBytes), Epoch: math.MaxUint64, Address: strings.Repeat("<", engine.MaxAddressBytes),
+	}
+	o := engine.Options{Etcd: new(clientv3.Client), WriterID: worst.Writer, Address: worst.Address}
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		t.Errorf("engine refuses the worst-case owner fields: %v", err)
+	}
+	o.WriterID += "<"
+	if o.Validate() == nil {
+		t.Errorf("engine takes a writer id of %d bytes: docs/format/etcd.md says at most %d", len(o.WriterID), engine.MaxWriterIDBytes)
+	}
+	cli := shardmeta.Owner{
 		Writer:  strings.Repeat("h", 64) + "-4194304", // HOST_NAME_MAX 64, pid_max 2^22
 		Epoch:   math.MaxUint64,
 		Address: "http://[ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255%" + strings.Repeat("i", 15) + "]:65535",
 	}
-	data, err := json.Marshal(o)
-	if err != nil {
-		t.Fatal(err)
+	t.Logf("owner: %d bytes at the engine's limits, %d as the writer CLI writes it", size(worst), size(cli))
+	if got := size(worst); got != docOwner {
+		t.Errorf("owner value at the limits encodes to %d bytes; docs/format/etcd.md states %d", got, docOwner)
 	}
-	t.Logf("owner: %d bytes", len(data))
-	if len(data) > docOwner {
-		t.Errorf("owner value encodes to %d bytes, above the %d docs/format/etcd.md states", len(data), docOwner)
+	if got := size(cli); got > docOwnerCLI {
+		t.Errorf("owner value of the writer CLI encodes to %d bytes, above the %d docs/format/etcd.md states", got, docOwnerCLI)
 	}
 }
 

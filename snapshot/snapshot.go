@@ -49,9 +49,10 @@ var (
 
 // Key names one snapshot: the offset of one source, as one shard of one
 // table consumed it. Source is free-form, e.g. "topic/partition" or a
-// producer stream id. Every part is non-empty, valid UTF-8 of printable
-// characters (spaces allowed, control characters not), and at most
-// MaxKeyPartLen bytes.
+// producer stream id. Every part is non-empty, valid UTF-8 without control
+// characters (C0, DEL and C1; every other character, printable or not, is
+// allowed, as engine.ValidateSource allows it in a source name), and at
+// most MaxKeyPartLen bytes.
 type Key struct {
 	Table, Shard, Source string
 }
@@ -82,8 +83,8 @@ func validPart(s string) error {
 		return errors.New("is not valid UTF-8")
 	}
 	for i, r := range s {
-		if !unicode.IsPrint(r) {
-			return fmt.Errorf("has the unprintable %U at byte %d", r, i)
+		if unicode.IsControl(r) {
+			return fmt.Errorf("has the control character %U at byte %d", r, i)
 		}
 	}
 	return nil

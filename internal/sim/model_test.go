@@ -235,16 +235,24 @@ func (m *model) observeManifest(shard string, cur *shardmeta.Manifest) []string 
 			bad("source_offsets["+src+"]", o, n)
 		}
 	}
-	if len(cur.Epochs) < len(prev.Epochs) {
-		bad("epoch records", prev.Epochs, cur.Epochs)
-	} else {
-		for i, e := range prev.Epochs {
-			c := cur.Epochs[i]
-			if c.Epoch != e.Epoch || c.StartGeneration != e.StartGeneration || c.StartPosition != e.StartPosition ||
+	// A claim drops the epoch records nothing needs (shardmeta.PruneEpochs);
+	// a record that stays never changes but for its replay end, set once,
+	// and a dropped one never comes back.
+	for _, c := range cur.Epochs {
+		i := slices.IndexFunc(prev.Epochs, func(e shardmeta.EpochRecord) bool { return e.Epoch == c.Epoch })
+		switch {
+		case i >= 0:
+			if e := prev.Epochs[i]; c.StartGeneration != e.StartGeneration || c.StartPosition != e.StartPosition ||
 				(e.ReplayEndGeneration != 0 && c.ReplayEndGeneration != e.ReplayEndGeneration) {
-				bad(fmt.Sprintf("epoch record %d", i), e, c)
+				bad(fmt.Sprintf("epoch record of epoch %d", c.Epoch), e, c)
 			}
+		case c.Epoch <= prev.WriterEpoch:
+			bad(fmt.Sprintf("epoch record of epoch %d (absent, below writer_epoch %d)", c.Epoch, prev.WriterEpoch), nil, c)
 		}
+	}
+	if n := len(cur.Epochs); n > shardmeta.MaxEpochRecords(len(cur.Flushed)) {
+		v = append(v, fmt.Sprintf("shard %s: manifest holds %d epoch records with %d generations flushed, more than %d",
+			shard, n, len(cur.Flushed), shardmeta.MaxEpochRecords(len(cur.Flushed))))
 	}
 	return v
 }
