@@ -275,8 +275,10 @@ func (fs *injFS) Stat(name string) (os.FileInfo, error) {
 // into a preallocated range take no space from the budget.
 type injFile struct {
 	File
-	inj       *Injector
-	name      string
+	inj  *Injector
+	name string
+
+	mu        sync.Mutex // pos and allocated, over a whole read, write or reservation
 	pos       int64
 	allocated int64
 }
@@ -290,6 +292,8 @@ func (f *injFile) Read(p []byte) (int, error) {
 	if err := f.inj.alive(); err != nil {
 		return 0, f.fail("read", err)
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	n, err := f.File.Read(p)
 	f.pos += int64(n)
 	return n, err
@@ -306,6 +310,8 @@ func (f *injFile) Write(p []byte) (int, error) {
 	if err := f.inj.before(OpWrite); err != nil {
 		return 0, f.fail("write", err)
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	charge := f.charge(f.pos, int64(len(p)))
 	if err := f.inj.reserve(charge); err != nil {
 		return 0, f.fail("write", err)
@@ -342,6 +348,8 @@ func (f *injFile) Preallocate(off, n int64) error {
 	if err := f.inj.alive(); err != nil {
 		return f.fail("fallocate", err)
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	charge := f.charge(off, n)
 	if err := f.inj.reserve(charge); err != nil {
 		return f.fail("fallocate", err)
