@@ -266,7 +266,7 @@ func (r *run) servePID() (int, bool) {
 
 // startMerge starts `writer merge --every`, which must keep going across
 // the serve's restarts.
-func (r *run) startMerge(ctx context.Context) (*proc, error) {
+func (r *run) startMerge() (*proc, error) {
 	return spawn(r.cfg.Writer, "merge", "--data-dir", r.cfg.Dir, "--every", r.cfg.MergeEvery.String(), "-o", "json")
 }
 

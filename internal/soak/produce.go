@@ -93,23 +93,28 @@ func (r *run) appendUntilAcked(ctx context.Context, c *client.Client, shard stri
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchWait)
 	defer cancel()
 	for {
-		_, err := c.Append(ctx, shard, rows, nil)
+		res, err := c.Append(ctx, shard, rows, nil)
 		if err == nil {
+			r.noteRetries(res.Attempts - 1) // the Client's own, across a restart
 			return nil
 		}
 		var bad *client.BadRequestError
 		if errors.As(err, &bad) || errors.Is(err, client.ErrSequence) || ctx.Err() != nil {
 			return err
 		}
-		r.mu.Lock()
-		r.rep.Retries++
-		r.mu.Unlock()
+		r.noteRetries(1)
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("not acknowledged within %v: %w", batchWait, err)
 		case <-time.After(200 * time.Millisecond): // a pause between a Client's own retries
 		}
 	}
+}
+
+func (r *run) noteRetries(n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rep.Retries += n
 }
 
 func (r *run) newClient(name string) (*client.Client, error) {

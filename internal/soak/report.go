@@ -23,7 +23,7 @@ type Report struct {
 	RowsAcked  int `json:"rows_acked"`
 	RowsDoubt  int `json:"rows_in_doubt"`
 	Batches    int `json:"batches"`
-	Retries    int `json:"retries"`
+	Retries    int `json:"retries"` // sends of a batch after its first: the Client's and ours
 	BaseRows   int `json:"base_rows"`
 	BaseFiles  int `json:"base_files"`
 	Merges     int `json:"merge_passes"`

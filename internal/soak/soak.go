@@ -164,7 +164,7 @@ func (r *run) run(ctx context.Context) error {
 	if err := r.startServe(ctx); err != nil {
 		return err
 	}
-	merge, err := r.startMerge(ctx)
+	merge, err := r.startMerge()
 	if err != nil {
 		r.stopServe(syscallTERM)
 		return err
