@@ -102,3 +102,15 @@ func (c *Etcd) CreateBaseTable(ctx context.Context, ident table.Identifier, loca
 	return c.CreateTable(ctx, ident, sc, icecat.WithLocation(location),
 		icecat.WithPartitionSpec(iceberg.UnpartitionedSpec), icecat.WithSortOrder(order), icecat.WithProperties(props))
 }
+
+// BaseNamespace is the namespace of every rollwal base table.
+const BaseNamespace = "rollwal"
+
+// BasePrefix is the catalog prefix of a rollwal table's base: under the
+// table's own etcd root (/<prefix>/<table>/iceberg/...), so the catalog
+// keys sit beside base/state and a table's keys never mix with another's.
+func BasePrefix(prefix, tableName string) string { return prefix + "/" + tableName + "/iceberg" }
+
+// BaseIdent is the Iceberg identifier of a rollwal table's base:
+// rollwal.<table>.
+func BaseIdent(tableName string) table.Identifier { return table.Identifier{BaseNamespace, tableName} }
