@@ -92,20 +92,40 @@ func ParseSummary(props map[string]string) ([]Provenance, error) {
 // the next metadata file, and returns the catalog swap still to be done.
 // summary becomes the snapshot's summary properties (see Summary).
 func (c *Etcd) PrepareAppend(ctx context.Context, ident table.Identifier, files []File, summary iceberg.Properties) (*PreparedCommit, error) {
+	if len(files) == 0 {
+		return nil, fmt.Errorf("catalog: table %v: no files to append", ident)
+	}
+	return c.PrepareBaseCommit(ctx, ident, files, summary, nil)
+}
+
+// PrepareBaseCommit prepares one commit of a base table: the table
+// properties props are set and, when there are files, an append snapshot
+// registers them with summary. Iceberg has no empty append, so a commit
+// without files (every row it would have published was a duplicate)
+// changes only the properties; that keeps one table commit per base
+// commit.
+func (c *Etcd) PrepareBaseCommit(ctx context.Context, ident table.Identifier, files []File, summary, props iceberg.Properties) (*PreparedCommit, error) {
 	cur, err := c.load(ctx, ident)
 	if err != nil {
 		return nil, err
 	}
-	dfs, err := dataFiles(cur.tbl.Metadata(), files)
-	if err != nil {
-		return nil, fmt.Errorf("catalog: table %s: %w", cur.name, err)
-	}
 	txn := cur.tbl.NewTransaction()
-	// No duplicate check: it reads every manifest of the table, and the
-	// merge's own guard (watermarks, attempt-unique names) already makes
-	// registering a file twice impossible.
-	if err := txn.AddDataFiles(ctx, dfs, summary, table.WithoutDuplicateCheck()); err != nil {
-		return nil, fmt.Errorf("catalog: table %s: append: %w", cur.name, err)
+	if len(props) > 0 {
+		if err := txn.SetProperties(props); err != nil {
+			return nil, fmt.Errorf("catalog: table %s: properties: %w", cur.name, err)
+		}
+	}
+	if len(files) > 0 {
+		dfs, err := dataFiles(cur.tbl.Metadata(), files)
+		if err != nil {
+			return nil, fmt.Errorf("catalog: table %s: %w", cur.name, err)
+		}
+		// No duplicate check: it reads every manifest of the table, and the
+		// merge's own guard (watermarks, attempt-unique names) already makes
+		// registering a file twice impossible.
+		if err := txn.AddDataFiles(ctx, dfs, summary, table.WithoutDuplicateCheck()); err != nil {
+			return nil, fmt.Errorf("catalog: table %s: append: %w", cur.name, err)
+		}
 	}
 	tc, err := txn.TableCommit()
 	if err != nil {
@@ -115,9 +135,6 @@ func (c *Etcd) PrepareAppend(ctx context.Context, ident table.Identifier, files 
 }
 
 func dataFiles(meta table.Metadata, files []File) ([]iceberg.DataFile, error) {
-	if len(files) == 0 {
-		return nil, fmt.Errorf("no files to append")
-	}
 	spec := meta.PartitionSpec()
 	out := make([]iceberg.DataFile, 0, len(files))
 	for _, f := range files {

@@ -112,3 +112,38 @@ func newAttempt() string {
 func IsTemp(name string) bool { return strings.HasPrefix(name, tempPrefix) }
 
 func tempName(final string) string { return tempPrefix + final }
+
+// crcPrefix separates a base file name's index checksum.
+const crcPrefix = "-c"
+
+// BaseName is the name of a base file that carries its own index
+// checksum (Options.IndexCRCInName):
+//
+//	g<gen, 20 digits>-e<epoch, 20 digits>-<attempt, 8 hex>-c<IndexCRC, 8 hex>.parquet
+//
+// The checksum covers every byte outside the column chunks, not the name,
+// so it can be named only once the file is written.
+func BaseName(gen, epoch uint64, attempt string, indexCRC uint32) string {
+	n := Name(gen, epoch, attempt)
+	return fmt.Sprintf("%s%s%08x%s", strings.TrimSuffix(n, nameSuffix), crcPrefix, indexCRC, nameSuffix)
+}
+
+// ParseBaseName is the inverse of BaseName. ok is false for a name that
+// carries no checksum (a Name, or a base file written before BaseName
+// existed); err is set only for a name that looks like a BaseName but is
+// malformed.
+func ParseBaseName(name string) (gen, epoch uint64, attempt string, indexCRC uint32, ok bool, err error) {
+	if len(name) != nameLen+len(crcPrefix)+8 {
+		return 0, 0, "", 0, false, nil
+	}
+	stem, sum := name[:nameLen-len(nameSuffix)], name[nameLen-len(nameSuffix):]
+	hexCRC, found := strings.CutPrefix(strings.TrimSuffix(sum, nameSuffix), crcPrefix)
+	if !found || !strings.HasSuffix(sum, nameSuffix) || !validAttempt(hexCRC) {
+		return 0, 0, "", 0, false, fmt.Errorf("generation: %q is not a base file name (bad checksum suffix; want g<20 digits>-e<20 digits>-<8 hex>-c<8 hex>.parquet)", name)
+	}
+	if gen, epoch, attempt, err = ParseName(stem + nameSuffix); err != nil {
+		return 0, 0, "", 0, false, err
+	}
+	v, _ := strconv.ParseUint(hexCRC, 16, 32) // validAttempt: 8 lowercase hex
+	return gen, epoch, attempt, uint32(v), true, nil
+}

@@ -49,6 +49,11 @@ type Options struct {
 	RowGroupRows int
 	// Logger receives a debug line per file written; nil discards.
 	Logger *slog.Logger
+	// IndexCRCInName names the file BaseName(…, IndexCRC) instead of
+	// Name(…): the file then carries its own index checksum, for files
+	// whose only record is a list of paths (the base table's Iceberg
+	// manifests).
+	IndexCRCInName bool
 }
 
 // EnsureDefaults fills in the zero fields.
@@ -131,30 +136,37 @@ func Write(ctx context.Context, opts Options, dir string, s *schema.Schema, meta
 	if err != nil {
 		return File{}, err
 	}
-	name := Name(meta.Generation, meta.Epoch, newAttempt())
-	file := File{Name: name, Path: filepath.Join(dir, name), Meta: meta}
+	attempt := newAttempt()
+	name := Name(meta.Generation, meta.Epoch, attempt)
+	file := File{Meta: meta}
 	encodeTo := func(w io.Writer) error { return encode(ctx, w, opts, lay, s, &meta, d) }
-	seal := func(f vfs.File, size int64) (err error) { file.IndexCRC, err = IndexCRC(f, size); return err }
-	if file.Size, err = writeDurably(ctx, opts, dir, name, encodeTo, seal); err != nil {
-		return File{}, fmt.Errorf("generation: write %s: %w", file.Path, err)
+	seal := func(f vfs.File, size int64) (final string, err error) {
+		if file.IndexCRC, err = IndexCRC(f, size); err != nil || !opts.IndexCRCInName {
+			return name, err
+		}
+		return BaseName(meta.Generation, meta.Epoch, attempt, file.IndexCRC), nil
 	}
+	if file.Size, file.Name, err = writeDurably(ctx, opts, dir, name, encodeTo, seal); err != nil {
+		return File{}, fmt.Errorf("generation: write %s: %w", filepath.Join(dir, name), err)
+	}
+	file.Path = filepath.Join(dir, file.Name)
 	opts.Logger.Debug("generation written", "path", file.Path, "rows", meta.Rows,
 		"bytes", file.Size, "codec", opts.Codec, "duration", time.Since(start))
 	return file, nil
 }
 
 // writeDurably places a file atomically: it writes a temporary file in dir,
-// syncs it, lets seal read it back, closes it, renames it to name and syncs
-// dir. The temporary file
-// is removed on error; so is the final one when the directory sync fails,
-// since its entry may not be durable.
+// syncs it, lets seal read it back and choose the final name, closes it,
+// renames it and syncs dir. The temporary file is removed on error; so is
+// the final one when the directory sync fails, since its entry may not be
+// durable.
 func writeDurably(ctx context.Context, opts Options, dir, name string, write func(io.Writer) error,
-	seal func(vfs.File, int64) error) (int64, error) {
+	seal func(vfs.File, int64) (string, error)) (int64, string, error) {
 	fs := opts.FS
-	tmp, final := filepath.Join(dir, tempName(name)), filepath.Join(dir, name)
+	tmp := filepath.Join(dir, tempName(name))
 	f, err := fs.Create(tmp)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	cw := &countingWriter{w: f}
 	err = write(cw)
@@ -162,8 +174,9 @@ func writeDurably(ctx context.Context, opts Options, dir, name string, write fun
 		err = f.Sync()
 	}
 	if err == nil {
-		err = seal(f, cw.n)
+		name, err = seal(f, cw.n)
 	}
+	final := filepath.Join(dir, name)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -175,13 +188,13 @@ func writeDurably(ctx context.Context, opts Options, dir, name string, write fun
 	}
 	if err != nil {
 		removeQuietly(opts, tmp)
-		return 0, err
+		return 0, "", err
 	}
 	if err := vfs.SyncDir(fs, dir); err != nil {
 		removeQuietly(opts, final)
-		return 0, fmt.Errorf("syncing directory: %w", err)
+		return 0, "", fmt.Errorf("syncing directory: %w", err)
 	}
-	return cw.n, nil
+	return cw.n, name, nil
 }
 
 // removeQuietly removes a file of a failed attempt. Failing to remove it is

@@ -104,7 +104,11 @@ func (e *bench) replayGeneration(b *testing.B) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	newest := st.Files[len(st.Files)-1]
+	base, err := e.c.loadBase(e.ctx, st.Version)
+	if err != nil {
+		b.Fatal(err)
+	}
+	newest := base.files[len(base.files)-1]
 	_, old, err := generation.Read(vfs.Default, filepath.Join(e.c.BaseDir(), newest.Path), schema.Rollout())
 	if err != nil {
 		b.Fatal(err)

@@ -51,7 +51,7 @@ func (c *Coordinator) Commit(ctx context.Context, s *Staged) error {
 			return err
 		}
 		c.metrics.commits.WithLabelValues("noop").Inc()
-		return c.writeReaderManifest(st)
+		return c.writeReaderManifest(ctx, st)
 	}
 	if err := c.checkShardsUnchanged(ctx, s.Plan, todo); err != nil {
 		c.metrics.commits.WithLabelValues("moved").Inc()
@@ -64,8 +64,9 @@ func (c *Coordinator) Commit(ctx context.Context, s *Staged) error {
 	}
 	next := st.Clone()
 	next.Version++
+	var added int
 	for _, p := range todo {
-		next.Files = append(next.Files, p.Files...)
+		added += len(p.Files)
 		ms := next.Shards[p.Shard]
 		ms.Watermark = p.Last
 		next.Shards[p.Shard] = ms
@@ -74,11 +75,15 @@ func (c *Coordinator) Commit(ctx context.Context, s *Staged) error {
 	if err != nil {
 		return err
 	}
+	tc, err := c.prepareAppend(ctx, s.Plan, todo, next.Version)
+	if err != nil {
+		return err
+	}
 	hook := c.testHookCommit
 	if hook == nil {
 		hook = func(err error) error { return err }
 	}
-	if _, err := c.putState(ctx, rev, data, hook); err != nil {
+	if _, err := c.putState(ctx, rev, data, hook, tc); err != nil {
 		switch {
 		case errors.Is(err, ErrNotApplied):
 			c.metrics.commits.WithLabelValues("not_applied").Inc()
@@ -88,13 +93,13 @@ func (c *Coordinator) Commit(ctx context.Context, s *Staged) error {
 		return err
 	}
 	c.metrics.commits.WithLabelValues("ok").Inc()
-	c.log.Info("committed to the base", "version", next.Version, "parts", len(todo), "files", len(next.Files)-len(st.Files))
+	c.log.Info("committed to the base", "version", next.Version, "parts", len(todo), "files", added, "metadata", tc.Location)
 	if c.testHookAfterCommit != nil {
 		if err := c.testHookAfterCommit(); err != nil {
 			return err
 		}
 	}
-	return c.writeReaderManifest(next)
+	return c.writeReaderManifest(ctx, next)
 }
 
 // checkShardsUnchanged makes sure every generation about to be published is
@@ -140,11 +145,16 @@ func (c *Coordinator) checkLock(ctx context.Context) error {
 	return nil
 }
 
-// ReaderManifest is the readers' manifest, <base>/_manifest/<version>.json.
+// ReaderManifest is the readers' manifest, <base>/_manifest/<version>.json:
+// the files of one base version, for readers without an Iceberg library,
+// and the Iceberg metadata file of that version for those with one.
 type ReaderManifest struct {
-	Version uint64               `json:"version"`
-	Rows    int64                `json:"rows"`
-	Files   []ReaderManifestFile `json:"files"`
+	Version uint64 `json:"version"`
+	// IcebergMetadata is the table metadata file whose current snapshot is
+	// this version (absolute).
+	IcebergMetadata string               `json:"iceberg_metadata"`
+	Rows            int64                `json:"rows"`
+	Files           []ReaderManifestFile `json:"files"`
 }
 
 // ReaderManifestFile names one data file relative to the base directory.
@@ -157,8 +167,9 @@ type ReaderManifestFile struct {
 func ReaderManifestName(v uint64) string { return fmt.Sprintf("%020d.json", v) }
 
 // writeReaderManifest writes the readers' manifest of st's version if it is
-// missing (temp → fsync → rename → fsync dir). Version 0 has none.
-func (c *Coordinator) writeReaderManifest(st *shardmeta.BaseState) error {
+// missing (temp → fsync → rename → fsync dir), from the table's current
+// snapshot, which must be that version's. Version 0 has none.
+func (c *Coordinator) writeReaderManifest(ctx context.Context, st *shardmeta.BaseState) error {
 	if st.Version == 0 {
 		return nil
 	}
@@ -168,8 +179,12 @@ func (c *Coordinator) writeReaderManifest(st *shardmeta.BaseState) error {
 	if _, err := fs.Stat(final); err == nil {
 		return nil
 	}
-	m := ReaderManifest{Version: st.Version, Files: []ReaderManifestFile{}}
-	for _, f := range st.Files {
+	b, err := c.loadBase(ctx, st.Version)
+	if err != nil {
+		return err
+	}
+	m := ReaderManifest{Version: st.Version, IcebergMetadata: b.tbl.MetadataLocation(), Files: []ReaderManifestFile{}}
+	for _, f := range b.files {
 		m.Files = append(m.Files, ReaderManifestFile{Path: f.Path, Rows: f.Rows})
 		m.Rows += f.Rows
 	}
@@ -259,7 +274,7 @@ func (c *Coordinator) RunOnce(ctx context.Context) (Result, error) {
 	if err != nil {
 		return res, stateErr(err)
 	}
-	if err := c.writeReaderManifest(st); err != nil {
+	if err := c.writeReaderManifest(ctx, st); err != nil {
 		return res, err
 	}
 	res.Version = st.Version

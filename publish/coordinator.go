@@ -126,6 +126,7 @@ type Coordinator struct {
 	log     *slog.Logger
 	metrics *metrics
 	baseDir string
+	table   *baseTable
 
 	lease   clientv3.LeaseID
 	lockRev int64
@@ -168,10 +169,18 @@ func New(ctx context.Context, opts Options) (*Coordinator, error) {
 	if err := keys.Validate(); err != nil {
 		return nil, err
 	}
+	// Absolute: Iceberg metadata names files by absolute location.
+	baseDir, err := filepath.Abs(filepath.Join(opts.DataDir, opts.Table, "base"))
+	if err != nil {
+		return nil, fmt.Errorf("publish: data directory %q: %w", opts.DataDir, err)
+	}
 	c := &Coordinator{
 		opts: opts, keys: keys, cli: opts.Etcd, log: opts.Logger.With("table", opts.Table),
 		store:   shardmeta.NewStore(opts.Etcd, keys, shardmeta.StoreOptions{RequestTimeout: opts.RequestTimeout, Logger: opts.Logger}),
-		baseDir: filepath.Join(opts.DataDir, opts.Table, "base"),
+		baseDir: baseDir,
+	}
+	if err := c.openBaseTable(); err != nil {
+		return nil, err
 	}
 	m, err := newMetrics(opts.Registerer, opts.Table)
 	if err != nil {
@@ -181,11 +190,24 @@ func New(ctx context.Context, opts Options) (*Coordinator, error) {
 	if err := c.acquire(ctx); err != nil {
 		return nil, err
 	}
-	if err := c.removeGarbage(ctx); err != nil {
+	if err := c.prepareBase(ctx); err != nil {
 		c.Close()
 		return nil, err
 	}
 	return c, nil
+}
+
+// prepareBase runs once the lock is held: the base's Iceberg table exists,
+// a legacy state's files are moved into it, and files no snapshot names
+// are deleted.
+func (c *Coordinator) prepareBase(ctx context.Context) error {
+	if err := c.ensureTable(ctx); err != nil {
+		return err
+	}
+	if err := c.migrate(ctx); err != nil {
+		return err
+	}
+	return c.removeGarbage(ctx)
 }
 
 func (c *Coordinator) rpc(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -296,7 +318,8 @@ func (c *Coordinator) Lease() clientv3.LeaseID { return c.lease }
 // BaseDir is <data>/<table>/base.
 func (c *Coordinator) BaseDir() string { return c.baseDir }
 
-// removeGarbage deletes base data files the committed state does not name.
+// removeGarbage deletes base data files that the current snapshot does
+// not name.
 func (c *Coordinator) removeGarbage(ctx context.Context) error {
 	st, _, err := c.store.LoadBaseState(ctx)
 	if errors.Is(err, shardmeta.ErrInvalidBaseState) {
@@ -305,8 +328,15 @@ func (c *Coordinator) removeGarbage(ctx context.Context) error {
 	} else if err != nil {
 		return err
 	}
+	b, err := c.loadBase(ctx, st.Version)
+	if errors.Is(err, ErrInvalidState) {
+		c.log.Warn("base table refused; not collecting garbage (Stage fails closed)", "err", err)
+		return nil
+	} else if err != nil {
+		return err
+	}
 	named := map[string]bool{}
-	for _, f := range st.Files {
+	for _, f := range b.files {
 		named[filepath.FromSlash(f.Path)] = true
 	}
 	dataDir := filepath.Join(c.baseDir, "data")

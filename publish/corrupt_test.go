@@ -34,7 +34,7 @@ func TestCorruptGenerationIsReportedNotSkipped(t *testing.T) {
 			!strings.Contains(err.Error(), `shard "s0" generation 2`) {
 			t.Fatalf("byte %d of %d flipped: merge error %v, want ErrCorrupt naming shard, generation and file", off, len(orig), err)
 		}
-		if st, _ := e.state(); st.Version != 0 || len(st.Files) != 0 {
+		if st, _ := e.state(); st.Version != 0 || len(e.baseFiles()) != 0 {
 			t.Fatalf("byte %d flipped: a pass with a corrupt generation committed %+v", off, st)
 		}
 	}
@@ -70,8 +70,7 @@ func TestDamagedBaseIndexStopsTheIDCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _ := e.state()
-	base := filepath.Join(c.BaseDir(), filepath.FromSlash(st.Files[0].Path))
+	base := filepath.Join(c.BaseDir(), filepath.FromSlash(e.baseFiles()[0].Path))
 	orig := readFile(t, base)
 	bloom := bloomOffset(t, base)
 	writeFile(t, base, flip(orig, bloom+8))

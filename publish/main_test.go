@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,6 +17,11 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/apache/arrow-go/v18/arrow/array"
+	icecat "github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/rollwal/rollwal/catalog"
 	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/generation"
 	"github.com/rollwal/rollwal/internal/etcdembed/etcdtest"
@@ -228,19 +234,66 @@ func (e *env) drainTo(shard string, cursor uint64) {
 	e.putManifest(shard, m)
 }
 
+// baseTable loads the base's Iceberg table through a catalog of its own
+// (nil before the first coordinator created it).
+func (e *env) baseTable() *table.Table {
+	e.t.Helper()
+	cat, err := catalog.New(catalog.Options{Client: etcdClient, Prefix: catalog.BasePrefix("rollwal", e.table), FS: e.fs.FS})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	tbl, err := cat.LoadTable(e.ctx, catalog.BaseIdent(e.table))
+	if errors.Is(err, icecat.ErrNoSuchTable) {
+		return nil
+	} else if err != nil {
+		e.t.Fatal(err)
+	}
+	return tbl
+}
+
+// baseFiles lists the data files of the base table's current snapshot,
+// as iceberg-go plans a scan of it (paths relative to the base directory).
+func (e *env) baseFiles() []shardmeta.BaseFile {
+	e.t.Helper()
+	tbl := e.baseTable()
+	if tbl == nil || tbl.CurrentSnapshot() == nil {
+		return nil
+	}
+	tasks, err := tbl.Scan().PlanFiles(e.ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []shardmeta.BaseFile
+	for _, task := range tasks {
+		rel, err := filepath.Rel(e.baseDir(), task.File.FilePath())
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		out = append(out, shardmeta.BaseFile{Path: filepath.ToSlash(rel), Rows: task.File.Count(), Bytes: task.File.FileSizeBytes()})
+	}
+	return out
+}
+
+func (e *env) baseDir() string {
+	d, err := filepath.Abs(filepath.Join(e.dir, e.table, "base"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return d
+}
+
 // baseIDs reads every committed base file and counts each id.
 func (e *env) baseIDs() (map[string]int, int64) {
 	e.t.Helper()
-	st, _ := e.state()
 	ids := map[string]int{}
 	var rows int64
-	for _, f := range st.Files {
-		_, d, err := generation.Read(e.fs.FS, filepath.Join(e.dir, e.table, "base", filepath.FromSlash(f.Path)), schema.Rollout())
+	for _, f := range e.baseFiles() {
+		_, d, err := generation.Read(e.fs.FS, filepath.Join(e.baseDir(), filepath.FromSlash(f.Path)), schema.Rollout())
 		if err != nil {
 			e.t.Fatalf("base file %s: %v", f.Path, err)
 		}
 		if int64(d.Rows.Len()) != f.Rows {
-			e.t.Fatalf("base file %s: %d rows, the state says %d", f.Path, d.Rows.Len(), f.Rows)
+			e.t.Fatalf("base file %s: %d rows, the table says %d", f.Path, d.Rows.Len(), f.Rows)
 		}
 		for _, id := range d.Rows.IDs {
 			ids[id]++
@@ -251,8 +304,10 @@ func (e *env) baseIDs() (map[string]int, int64) {
 }
 
 // checkBase is the global invariant: base rows == distinct ids, every id
-// once; the latest readers' manifest names exactly the committed files;
-// pyarrow (when ROLLWAL_PYTHON is set) reads the same through it.
+// once; iceberg-go's scan of the table returns the same rows; the current
+// snapshot is the state's version; the latest readers' manifest names
+// exactly the committed files; pyarrow, pyiceberg and DuckDB's
+// iceberg_scan (when ROLLWAL_PYTHON is set) read the same.
 func (e *env) checkBase() {
 	t := e.t
 	if t.Failed() {
@@ -271,13 +326,17 @@ func (e *env) checkBase() {
 	if st.Version == 0 {
 		return
 	}
-	m, ok, err := LatestReaderManifest(e.fs.FS, filepath.Join(e.dir, e.table, "base"))
+	e.checkScan(st.Version, ids)
+	m, ok, err := LatestReaderManifest(e.fs.FS, e.baseDir())
 	if err != nil || !ok {
 		t.Fatalf("readers' manifest: ok=%v err=%v", ok, err)
 	}
-	if m.Version != st.Version || len(m.Files) != len(st.Files) || m.Rows != rows {
+	if files := e.baseFiles(); m.Version != st.Version || len(m.Files) != len(files) || m.Rows != rows {
 		t.Fatalf("readers' manifest v%d (%d files, %d rows) disagrees with state v%d (%d files, %d rows)",
-			m.Version, len(m.Files), m.Rows, st.Version, len(st.Files), rows)
+			m.Version, len(m.Files), m.Rows, st.Version, len(files), rows)
+	}
+	if tbl := e.baseTable(); m.IcebergMetadata != tbl.MetadataLocation() {
+		t.Fatalf("readers' manifest v%d names metadata %s, the catalog %s", m.Version, m.IcebergMetadata, tbl.MetadataLocation())
 	}
 	py := os.Getenv("ROLLWAL_PYTHON")
 	if py == "" {
@@ -287,6 +346,7 @@ func (e *env) checkBase() {
 	const script = `
 import json, os, sys
 import pyarrow.parquet as pq
+from pyiceberg.table import StaticTable
 base = sys.argv[1]
 names = sorted(n for n in os.listdir(os.path.join(base, "_manifest")) if n.endswith(".json") and not n.startswith("."))
 m = json.load(open(os.path.join(base, "_manifest", names[-1])))
@@ -295,9 +355,19 @@ for f in m["files"]:
     t = pq.read_table(os.path.join(base, f["path"]), columns=["id"])
     assert t.num_rows == f["rows"], (f, t.num_rows)
     ids += t.column("id").to_pylist()
+ice = StaticTable.from_metadata(m["iceberg_metadata"]).scan(selected_fields=("id",)).to_arrow().column("id").to_pylist()
+assert sorted(ice) == sorted(ids), ("pyiceberg and the readers' manifest disagree", len(ice), len(ids))
+import importlib.metadata, duckdb
+con = duckdb.connect()
+con.execute("SET extension_directory = ?", [str(importlib.metadata.distribution("duckdb-ext-iceberg").locate_file("duckdb_ext/extensions"))])
+con.execute("SET autoinstall_known_extensions = false")
+con.execute("SET enable_progress_bar = false")
+con.execute("LOAD iceberg")
+duck = [r[0] for r in con.execute("SELECT id FROM iceberg_scan(?)", [m["iceberg_metadata"]]).fetchall()]
+assert sorted(duck) == sorted(ids), ("DuckDB iceberg_scan and the readers' manifest disagree", len(duck), len(ids))
 json.dump({"version": m["version"], "rows": len(ids), "distinct": len(set(ids))}, sys.stdout)
 `
-	cmd := exec.Command(py, "-c", script, filepath.Join(e.dir, e.table, "base"))
+	cmd := exec.Command(py, "-c", script, e.baseDir())
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -341,4 +411,34 @@ func genFlags(p *Plan, shard string) map[uint64]bool {
 		}
 	}
 	return out
+}
+
+// checkScan: iceberg-go's own scan of the current snapshot returns exactly
+// ids, and the table is at base version v.
+func (e *env) checkScan(v uint64, ids map[string]int) {
+	e.t.Helper()
+	tbl := e.baseTable()
+	if got := tbl.Metadata().Properties()[BaseVersionProperty]; got != strconv.FormatUint(v, 10) {
+		e.t.Fatalf("the table is at base version %q, the state at %d", got, v)
+	}
+	at, err := tbl.Scan(table.WithSelectedFields("id")).ToArrowTable(e.ctx)
+	if err != nil {
+		e.t.Fatalf("iceberg-go scan: %v", err)
+	}
+	defer at.Release()
+	got := map[string]int{}
+	for _, chunk := range at.Column(0).Data().Chunks() {
+		col := chunk.(*array.String)
+		for i := range col.Len() {
+			got[col.Value(i)]++
+		}
+	}
+	if len(got) != len(ids) || at.NumRows() != int64(len(ids)) {
+		e.t.Fatalf("iceberg-go scan: %d rows, %d distinct; the files hold %d distinct", at.NumRows(), len(got), len(ids))
+	}
+	for id := range ids {
+		if got[id] != 1 {
+			e.t.Fatalf("iceberg-go scan: id %s %d times", id, got[id])
+		}
+	}
 }

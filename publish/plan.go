@@ -11,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/rollwal/rollwal/catalog"
 	"github.com/rollwal/rollwal/shardmeta"
 )
 
@@ -123,7 +124,7 @@ func (c *Coordinator) Plan(ctx context.Context) (*Plan, error) {
 		return nil, err
 	}
 	if !bytes.Equal(old, data) || rev == 0 {
-		if rev, err = c.putState(ctx, rev, data, nil); err != nil {
+		if rev, err = c.putState(ctx, rev, data, nil, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -254,8 +255,11 @@ func (c *Coordinator) listShards(ctx context.Context) ([]string, error) {
 }
 
 // putState writes base/state guarded by the lock and the state's revision
-// and returns the new revision. A lost response is resolved by reading back.
-func (c *Coordinator) putState(ctx context.Context, rev int64, data []byte, hook func(error) error) (int64, error) {
+// and returns the new revision. A table commit, when given, rides in the
+// same transaction (its guard and its record put), so the table and the
+// state change together or not at all. A lost response is resolved by
+// reading the state back, which decides the table too.
+func (c *Coordinator) putState(ctx context.Context, rev int64, data []byte, hook func(error) error, tc *catalog.PreparedCommit) (int64, error) {
 	key, lock := c.keys.BaseState(), c.keys.BaseLock()
 	var resp *clientv3.TxnResponse
 	var err error
@@ -263,12 +267,14 @@ func (c *Coordinator) putState(ctx context.Context, rev int64, data []byte, hook
 		err = c.testHookBeforeCommitTxn()
 	}
 	if err == nil {
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(lock), "=", c.lockRev),
+			clientv3.Compare(clientv3.ModRevision(key), "=", rev)}
+		ops := []clientv3.Op{clientv3.OpPut(key, string(data))}
+		if tc != nil {
+			cmps, ops = append(cmps, tc.Cmps...), append(ops, tc.Ops...)
+		}
 		rctx, cancel := c.rpc(ctx)
-		resp, err = c.cli.Txn(rctx).
-			If(clientv3.Compare(clientv3.ModRevision(lock), "=", c.lockRev),
-				clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
-			Then(clientv3.OpPut(key, string(data))).
-			Else(clientv3.OpGet(lock)).Commit()
+		resp, err = c.cli.Txn(rctx).If(cmps...).Then(ops...).Else(clientv3.OpGet(lock)).Commit()
 		cancel()
 	}
 	if hook != nil {

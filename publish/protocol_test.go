@@ -129,8 +129,11 @@ func TestMalformedOrRegressingEpochFailsClosed(t *testing.T) {
 			if err != nil || string(resp.Kvs[0].Value) != tc.raw {
 				t.Fatalf("state changed: %v %s", err, resp.Kvs[0].Value)
 			}
-			if _, err := os.Stat(filepath.Join(e.dir, e.table, "base")); !os.IsNotExist(err) {
-				t.Fatalf("base directory written: %v", err)
+			if _, err := os.Stat(filepath.Join(e.dir, e.table, "base", "data")); !os.IsNotExist(err) {
+				t.Fatalf("base data directory written: %v", err)
+			}
+			if tbl := e.baseTable(); tbl.CurrentSnapshot() != nil {
+				t.Fatalf("the base table has a snapshot: %s", tbl.MetadataLocation())
 			}
 			// Repair it (delete the state) so that the cleanup's invariant
 			// check can read the base.
@@ -154,7 +157,7 @@ func TestRevokedCoordinatorCannotCommit(t *testing.T) {
 		t.Fatalf("revoked coordinator's commit: %v, want ErrLockLost", err)
 	}
 	after, rev2 := e.state()
-	if after.Version != before.Version || rev2 != rev || len(after.Files) != 0 {
+	if after.Version != before.Version || rev2 != rev || len(e.baseFiles()) != 0 {
 		t.Fatalf("a revoked coordinator changed the base: v%d→v%d, rev %d→%d", before.Version, after.Version, rev, rev2)
 	}
 	c2 := e.coordinator()
@@ -172,10 +175,9 @@ func TestRevokedCoordinatorCannotCommit(t *testing.T) {
 	// removes them.
 	c2.Close()
 	e.coordinator()
-	st, _ := e.state()
 	names, _ := os.ReadDir(filepath.Join(e.dir, e.table, "base", "data", "s0"))
-	if len(names) != len(st.Files) {
-		t.Fatalf("%d files in base/data/s0, %d committed", len(names), len(st.Files))
+	if committed := e.baseFiles(); len(names) != len(committed) {
+		t.Fatalf("%d files in base/data/s0, %d committed", len(names), len(committed))
 	}
 }
 
@@ -357,7 +359,7 @@ func TestShardRewrittenBehindPlanIsRejected(t *testing.T) {
 	if !errors.Is(err, ErrBaseMoved) || !strings.Contains(err.Error(), "generation 2") {
 		t.Fatalf("commit against a rewritten shard: %v, want ErrBaseMoved naming generation 2", err)
 	}
-	if st, _ := e.state(); st.Version != 0 || len(st.Files) != 0 {
+	if st, _ := e.state(); st.Version != 0 || len(e.baseFiles()) != 0 {
 		t.Fatalf("state after a refused commit: %+v", st)
 	}
 	e.putManifest("s0", orig)

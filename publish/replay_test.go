@@ -221,8 +221,8 @@ func TestIDCheckOpensOnlyOverlappingFiles(t *testing.T) {
 	if err := h.Close(e.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := e.state(); len(st.Files) != 12 {
-		t.Fatalf("base has %d files, want 12", len(st.Files))
+	if files := e.baseFiles(); len(files) != 12 {
+		t.Fatalf("base has %d files, want 12", len(files))
 	}
 	e.drainTo("s0", cursor) // only the last generation's rows are replayed
 

@@ -66,7 +66,11 @@ func (c *Coordinator) Stage(ctx context.Context, plan *Plan) (*Staged, error) {
 			return nil, fmt.Errorf("%w: shard %q: plan does not match the durable cutoff", ErrBaseMoved, sp.Shard)
 		}
 	}
-	idx := newBaseIndex(c, st.Files)
+	base, err := c.loadBase(ctx, st.Version)
+	if err != nil {
+		return nil, err
+	}
+	idx := newBaseIndex(c, base.files)
 	defer idx.close()
 	out := &Staged{Plan: plan, Complete: true}
 	seen := map[string]struct{}{}
@@ -171,7 +175,7 @@ func (c *Coordinator) stageGeneration(ctx context.Context, shard string, pg Plan
 	if err := vfs.MkdirAllDurable(c.opts.FS, dir, 0o755); err != nil {
 		return 0, fmt.Errorf("publish: %w", err)
 	}
-	f, err := generation.Write(ctx, generation.Options{FS: c.opts.FS, Codec: c.opts.Codec, Logger: c.opts.Logger}, dir, c.opts.Schema,
+	f, err := generation.Write(ctx, generation.Options{FS: c.opts.FS, Codec: c.opts.Codec, Logger: c.opts.Logger, IndexCRCInName: true}, dir, c.opts.Schema,
 		generation.Meta{Table: c.opts.Table, Shard: shard, Generation: pg.Number, Epoch: meta.Epoch}, kept)
 	if err != nil {
 		return 0, fmt.Errorf("publish: shard %q generation %d: write base file: %w", shard, pg.Number, err)

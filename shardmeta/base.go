@@ -85,12 +85,19 @@ func (f BaseFile) validate() error {
 	return nil
 }
 
-// BaseState is the value of base/state: the base table's version, its
-// committed files and the per-shard merge state. Version counts data
-// commits; writes that only move a shard's observed epoch or cutoff keep it.
+// BaseState is the value of base/state: the base table's version and the
+// per-shard merge state. Version counts data commits; writes that only move
+// a shard's observed epoch or cutoff keep it.
+//
+// The committed files are the current snapshot of the base's Iceberg table
+// (package catalog), whose record changes in the same transactions as this
+// state. Files is the list kept here before that (format 1): only a state
+// written by an earlier version has it, and the merge moves it into the
+// Iceberg table once (publish's migration). A state is encoded without it
+// when it is empty.
 type BaseState struct {
 	Version uint64                     `json:"version"`
-	Files   []BaseFile                 `json:"files"`
+	Files   []BaseFile                 `json:"files,omitempty"`
 	Shards  map[string]ShardMergeState `json:"shards"`
 }
 
@@ -236,7 +243,7 @@ func DecodeBaseState(data []byte) (*BaseState, error) {
 }
 
 // Encode validates b and returns its canonical encoding (compact JSON, map
-// keys sorted, empty collections as [] and {}).
+// keys sorted, no files field when there are none, empty shards as {}).
 func (b *BaseState) Encode() ([]byte, error) {
 	if err := b.Validate(); err != nil {
 		return nil, err
@@ -271,7 +278,7 @@ func checkBaseStructure(data []byte) error {
 			}, nil)
 		}
 		return baseInvalidf("%s: unknown field %q", p, key)
-	}, map[string]bool{"version": true, "files": true, "shards": true})
+	}, map[string]bool{"version": true, "files": false, "shards": true})
 	if err != nil {
 		return err
 	}

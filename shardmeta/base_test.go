@@ -40,6 +40,14 @@ func TestBaseStateRoundTrip(t *testing.T) {
 	if err != nil || empty.Files == nil || empty.Shards == nil {
 		t.Fatalf("empty state: %v %+v", err, empty)
 	}
+	// Since the files live in the Iceberg table, a state without them is
+	// encoded without the field (a legacy reader refuses it: fail closed).
+	if enc, err := empty.Encode(); err != nil || string(enc) != `{"version":0,"shards":{}}` {
+		t.Fatalf("empty state encodes as %s (%v)", enc, err)
+	}
+	if _, err := DecodeBaseState([]byte(`{"version":2,"shards":{}}`)); err != nil {
+		t.Fatalf("a state without files: %v", err)
+	}
 }
 
 func TestDecodeBaseStateFailsClosed(t *testing.T) {
@@ -47,7 +55,7 @@ func TestDecodeBaseStateFailsClosed(t *testing.T) {
 		"not json":           {`{`, "malformed"},
 		"trailing":           {`{"version":0,"files":[],"shards":{}} {}`, "data after"},
 		"unknown field":      {`{"version":0,"files":[],"shards":{},"x":1}`, `unknown field "x"`},
-		"missing files":      {`{"version":0,"shards":{}}`, `missing field "files"`},
+		"missing shards":     {`{"version":0,"files":[]}`, `missing field "shards"`},
 		"null version":       {`{"version":null,"files":[],"shards":{}}`, "null"},
 		"duplicate":          {`{"version":0,"version":1,"files":[],"shards":{}}`, "duplicate"},
 		"negative rows":      {`{"version":0,"files":[{"path":"data/a","rows":-1,"bytes":0}],"shards":{}}`, "non-negative"},

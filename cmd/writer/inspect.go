@@ -55,11 +55,12 @@ func newInspect() *cobra.Command {
 
 // inspector reads one table's metadata and files.
 type inspector struct {
-	o     *inspectOptions
-	cli   *clientv3.Client
-	store *shardmeta.Store
-	keys  shardmeta.Keys
-	out   io.Writer
+	o       *inspectOptions
+	cli     *clientv3.Client
+	timeout time.Duration
+	store   *shardmeta.Store
+	keys    shardmeta.Keys
+	out     io.Writer
 }
 
 func (o *inspectOptions) command(use, short string, args cobra.PositionalArgs,
@@ -76,7 +77,7 @@ func (o *inspectOptions) command(use, short string, args cobra.PositionalArgs,
 			}
 			defer meta.Close()
 			keys := shardmeta.Keys{Prefix: metaPrefix, Table: o.table}
-			in := &inspector{o: o, cli: meta.client, keys: keys, out: cmd.OutOrStdout(),
+			in := &inspector{o: o, cli: meta.client, timeout: meta.requestTimeout, keys: keys, out: cmd.OutOrStdout(),
 				store: shardmeta.NewStore(meta.client, keys, shardmeta.StoreOptions{RequestTimeout: meta.requestTimeout, Logger: log})}
 			return fn(in, cmd.Context(), a)
 		}}
@@ -368,23 +369,30 @@ func orDash(s string) string {
 
 // baseReport is the output of `inspect base`.
 type baseReport struct {
-	Dir     string                               `json:"dir"`
-	Version uint64                               `json:"version"`
-	Rows    int64                                `json:"rows"`
-	Files   []shardmeta.BaseFile                 `json:"files"`
-	Shards  map[string]shardmeta.ShardMergeState `json:"shards"`
+	Dir     string `json:"dir"`
+	Version uint64 `json:"version"`
+	// IcebergMetadata is the base's Iceberg table metadata file (the
+	// current snapshot is this version); empty before the first merge.
+	IcebergMetadata string                               `json:"iceberg_metadata,omitempty"`
+	Rows            int64                                `json:"rows"`
+	Files           []shardmeta.BaseFile                 `json:"files"`
+	Shards          map[string]shardmeta.ShardMergeState `json:"shards"`
 	// ReadersManifest is the latest readers' manifest file, which external
 	// readers open; empty before the first merge.
 	ReadersManifest string `json:"readers_manifest,omitempty"`
 }
 
 func (in *inspector) base(ctx context.Context, _ []string) error {
-	st, _, err := in.store.LoadBaseState(ctx)
+	st, err := publish.LoadBase(ctx, publish.Options{Etcd: in.cli, Prefix: in.keys.Prefix, Table: in.o.table,
+		DataDir: in.o.dataDir, RequestTimeout: in.timeout})
 	if err != nil {
 		return err
 	}
 	dir := filepath.Join(in.o.dataDir, in.o.table, "base")
-	rep := baseReport{Dir: dir, Version: st.Version, Files: st.Files, Shards: st.Shards}
+	rep := baseReport{Dir: dir, Version: st.Version, IcebergMetadata: st.MetadataLocation, Files: st.Files, Shards: st.Shards}
+	if rep.Files == nil {
+		rep.Files = []shardmeta.BaseFile{}
+	}
 	for _, f := range st.Files {
 		rep.Rows += f.Rows
 	}
@@ -401,8 +409,8 @@ func (in *inspector) base(ctx context.Context, _ []string) error {
 
 func (in *inspector) printBase(rep baseReport) error {
 	tw := tabwriter.NewWriter(in.out, 2, 8, 2, ' ', 0)
-	fmt.Fprintf(tw, "base version\t%d\nrows\t%d\nfiles\t%d\ndir\t%s\nreaders' manifest\t%s\n",
-		rep.Version, rep.Rows, len(rep.Files), rep.Dir, orDash(rep.ReadersManifest))
+	fmt.Fprintf(tw, "base version\t%d\nrows\t%d\nfiles\t%d\ndir\t%s\nreaders' manifest\t%s\niceberg metadata\t%s\n",
+		rep.Version, rep.Rows, len(rep.Files), rep.Dir, orDash(rep.ReadersManifest), orDash(rep.IcebergMetadata))
 	fmt.Fprintln(tw, "\nFILE\tROWS\tBYTES")
 	for _, f := range rep.Files {
 		fmt.Fprintf(tw, "%s\t%d\t%d\n", f.Path, f.Rows, f.Bytes)

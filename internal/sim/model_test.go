@@ -10,6 +10,7 @@ import (
 
 	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/publish"
 	"github.com/rollwal/rollwal/shardmeta"
 	"github.com/rollwal/rollwal/snapshot"
 )
@@ -127,7 +128,7 @@ type model struct {
 	sent, reached map[string]int64
 
 	manifests map[string]*shardmeta.Manifest
-	base      *shardmeta.BaseState
+	base      *publish.Base
 	snaps     map[snapshot.Key]int64
 	// lagFaults are shards whose replay cursor the simulation set back
 	// since the last observation.
@@ -265,10 +266,10 @@ func (m *model) lagged(shard string) bool {
 	return l
 }
 
-// observeBase checks base/state against the last one observed: the version,
-// the files (append-only), watermarks, observed epochs and cutoffs only move
-// forward.
-func (m *model) observeBase(cur *shardmeta.BaseState) []string {
+// observeBase checks the base against the last one observed: the version,
+// the files (append-only: every file stays), watermarks, observed epochs
+// and cutoffs only move forward.
+func (m *model) observeBase(cur *publish.Base) []string {
 	var v []string
 	prev := m.base
 	m.base = cur
@@ -278,8 +279,15 @@ func (m *model) observeBase(cur *shardmeta.BaseState) []string {
 	if cur.Version < prev.Version {
 		v = append(v, fmt.Sprintf("base version went from %d to %d", prev.Version, cur.Version))
 	}
-	if len(cur.Files) < len(prev.Files) || !reflect.DeepEqual(cur.Files[:len(prev.Files)], prev.Files) {
-		v = append(v, fmt.Sprintf("base files are not append-only: %d files became %d", len(prev.Files), len(cur.Files)))
+	have := map[string]shardmeta.BaseFile{}
+	for _, f := range cur.Files {
+		have[f.Path] = f
+	}
+	for _, f := range prev.Files {
+		if g, ok := have[f.Path]; !ok || !reflect.DeepEqual(g, f) {
+			v = append(v, fmt.Sprintf("base files are not append-only: %s (%d files) is gone or changed in the %d files of version %d", f.Path, len(prev.Files), len(cur.Files), cur.Version))
+			break
+		}
 	}
 	if cur.Version == prev.Version && len(cur.Files) != len(prev.Files) {
 		v = append(v, fmt.Sprintf("base files changed (%d → %d) without a new version %d", len(prev.Files), len(cur.Files), cur.Version))

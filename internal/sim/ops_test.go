@@ -328,7 +328,7 @@ func (w *world) committedIDs(shard string, ids []string) map[string]bool {
 			look(filepath.Join(dataDir, w.table, "shards", shard, "gen", g.File))
 		}
 	}
-	if st, _, err := w.meta.LoadBaseState(ctx); err == nil {
+	if st, err := w.loadBase(ctx); err == nil {
 		for _, f := range st.Files {
 			look(filepath.Join(dataDir, w.table, "base", filepath.FromSlash(f.Path)))
 		}

@@ -14,6 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/rollwal/rollwal/catalog"
 	"github.com/rollwal/rollwal/generation"
 	"github.com/rollwal/rollwal/internal/etcdembed"
 	"github.com/rollwal/rollwal/publish"
@@ -288,11 +292,12 @@ func (w *world) finish() {
 }
 
 // readBase reads the base table the way an external reader does: through
-// the latest readers' manifest, which must agree with base/state.
+// the latest readers' manifest, which must agree with the Iceberg table's
+// current snapshot, whose own scan by iceberg-go must return the same ids.
 func (w *world) readBase(ctx context.Context) map[string][]copyOf {
-	st, _, err := w.meta.LoadBaseState(ctx)
+	st, err := w.loadBase(ctx)
 	if err != nil {
-		w.violatef("base state: %v", err)
+		w.violatef("base: %v", err)
 		return nil
 	}
 	baseDir := filepath.Join(dataDir, w.table, "base")
@@ -314,8 +319,11 @@ func (w *world) readBase(ctx context.Context) map[string][]copyOf {
 	for _, f := range rm.Files {
 		readerPaths = append(readerPaths, f.Path)
 	}
-	if rm.Version != st.Version || !slices.Equal(statePaths, readerPaths) {
-		w.violatef("readers' manifest version %d names %d files; base/state version %d names %d", rm.Version, len(rm.Files), st.Version, len(st.Files))
+	slices.Sort(statePaths)
+	slices.Sort(readerPaths)
+	if rm.Version != st.Version || !slices.Equal(statePaths, readerPaths) || rm.IcebergMetadata != st.MetadataLocation {
+		w.violatef("readers' manifest version %d names %d files and %s; the base at version %d has %d files and %s",
+			rm.Version, len(rm.Files), rm.IcebergMetadata, st.Version, len(st.Files), st.MetadataLocation)
 		return nil
 	}
 	out := map[string][]copyOf{}
@@ -337,5 +345,43 @@ func (w *world) readBase(ctx context.Context) map[string][]copyOf {
 	if rows != rm.Rows {
 		w.violatef("base holds %d rows; the readers' manifest says %d", rows, rm.Rows)
 	}
+	w.checkIcebergScan(ctx, out)
 	return out
+}
+
+// checkIcebergScan: iceberg-go's scan of the base table returns exactly the
+// ids the files hold, as many times as they hold them.
+func (w *world) checkIcebergScan(ctx context.Context, files map[string][]copyOf) {
+	cat, err := catalog.New(catalog.Options{Client: w.cli, Prefix: catalog.BasePrefix(prefix, w.table), FS: w.mem})
+	if err != nil {
+		w.violatef("catalog: %v", err)
+		return
+	}
+	tbl, err := cat.LoadTable(ctx, catalog.BaseIdent(w.table))
+	if err != nil {
+		w.violatef("load the base table with iceberg-go: %v", err)
+		return
+	}
+	at, err := tbl.Scan(table.WithSelectedFields("id")).ToArrowTable(ctx)
+	if err != nil {
+		w.violatef("scan the base table with iceberg-go: %v", err)
+		return
+	}
+	defer at.Release()
+	got := map[string]int{}
+	for _, chunk := range at.Column(0).Data().Chunks() {
+		col := chunk.(*array.String)
+		for i := range col.Len() {
+			got[col.Value(i)]++
+		}
+	}
+	for id, copies := range files {
+		if got[id] != len(copies) {
+			w.violatef("iceberg-go scan: id %s %d times, the files hold it %d times", id, got[id], len(copies))
+			return
+		}
+	}
+	if len(got) != len(files) {
+		w.violatef("iceberg-go scan: %d distinct ids, the files hold %d", len(got), len(files))
+	}
 }

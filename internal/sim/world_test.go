@@ -563,9 +563,9 @@ func (w *world) checkpoint() {
 			w.violatef("%s", v)
 		}
 	}
-	st, _, err := w.meta.LoadBaseState(ctx)
+	st, err := w.loadBase(ctx)
 	if err != nil {
-		w.violatef("base state does not load: %v", err)
+		w.violatef("base does not load: %v", err)
 		return
 	}
 	for _, v := range w.m.observeBase(st) {
@@ -701,4 +701,12 @@ func (w *world) checkReleased(shard string, h *host, what string) {
 		return
 	}
 	w.restartHost(h.slot)
+}
+
+// loadBase reads the committed base (base/state and the Iceberg snapshot
+// committed with it) as publish.LoadBase does for readers, from the
+// storage itself: an observer is not a process, so no fault of the
+// injector may hit it (or be consumed by it).
+func (w *world) loadBase(ctx context.Context) (*publish.Base, error) {
+	return publish.LoadBase(ctx, publish.Options{Etcd: w.cli, Prefix: prefix, Table: w.table, DataDir: dataDir, FS: w.mem})
 }
