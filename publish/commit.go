@@ -79,6 +79,11 @@ func (c *Coordinator) Commit(ctx context.Context, s *Staged) error {
 	if err != nil {
 		return err
 	}
+	if c.testHookAfterPrepare != nil {
+		if err := c.testHookAfterPrepare(); err != nil {
+			return err
+		}
+	}
 	hook := c.testHookCommit
 	if hook == nil {
 		hook = func(err error) error { return err }

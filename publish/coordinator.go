@@ -134,6 +134,9 @@ type Coordinator struct {
 	kaDone  chan struct{}
 	closeMu sync.Once
 
+	// testHookAfterPrepare runs once a commit's Iceberg metadata files are
+	// written, before its transaction; an error aborts there (a crash).
+	testHookAfterPrepare func() error
 	// testHookCommit, when set, sees the commit transaction's error and
 	// may replace it (simulating a response lost after the apply).
 	testHookCommit func(err error) error

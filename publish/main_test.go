@@ -68,9 +68,12 @@ func (c *countingFS) Open(name string) (vfs.File, error) {
 // env is one table: its data directory, the engine options of its writers
 // and every id ever acknowledged.
 type env struct {
-	t     *testing.T
-	ctx   context.Context
-	fs    *countingFS
+	t   *testing.T
+	ctx context.Context
+	fs  *countingFS
+	// mem is the strict in-memory filesystem under fs, when the test
+	// crashes it (newMemEnv); nil when fs is the disk.
+	mem   *vfs.MemFS
 	dir   string
 	table string
 	opts  engine.Options
@@ -90,6 +93,25 @@ func newEnv(t *testing.T) *env {
 	}
 	t.Cleanup(func() { e.checkBase() })
 	return e
+}
+
+// newMemEnv is newEnv on the strict in-memory filesystem (which forgets
+// unsynced data at a crash: see crash). Readers outside the process
+// (pyarrow, pyiceberg, DuckDB) do not see it.
+func newMemEnv(t *testing.T) *env {
+	e := newEnv(t)
+	e.mem = vfs.NewStrictMem()
+	e.fs.FS, e.dir = e.mem, "/data"
+	e.opts.FS, e.opts.DataDir = e.fs, e.dir
+	return e
+}
+
+// crash makes the filesystem what a machine crash leaves of it: every
+// process on it is dead (the caller closes them), unsynced data is gone.
+func (e *env) crash() {
+	e.t.Helper()
+	e.mem = e.mem.CrashClone()
+	e.fs.FS = e.mem
 }
 
 func (e *env) host(disableExclusion bool) *engine.Host {
@@ -339,6 +361,9 @@ func (e *env) checkBase() {
 		t.Fatalf("readers' manifest v%d names metadata %s, the catalog %s", m.Version, m.IcebergMetadata, tbl.MetadataLocation())
 	}
 	py := os.Getenv("ROLLWAL_PYTHON")
+	if e.mem != nil {
+		return // the base is in this process's memory only
+	}
 	if py == "" {
 		t.Log("ROLLWAL_PYTHON not set: pyarrow read-back of the base skipped")
 		return

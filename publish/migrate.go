@@ -69,7 +69,7 @@ func (c *Coordinator) migrate(ctx context.Context) error {
 		return fmt.Errorf("publish: migrate base version %d: %w", st.Version, err)
 	}
 	c.log.Info("moved the base state's file list into the Iceberg table", "version", st.Version, "files", len(files), "metadata", tc.Location)
-	return nil
+	return c.writeReaderManifest(ctx, next)
 }
 
 // verifyLegacyFiles checks every file a legacy state names before the

@@ -51,6 +51,7 @@ type Config struct {
 	Snapshots       SnapshotsConfig   `yaml:"snapshots"`
 	Limits          LimitsConfig      `yaml:"limits"`
 	HTTP            HTTPConfig        `yaml:"http"`
+	Iceberg         IcebergConfig     `yaml:"iceberg"`
 }
 
 func defaultConfig() Config {
@@ -338,7 +339,7 @@ func badValue(key string, value any, format string, args ...any) error {
 
 // Validate reports the first unusable setting, naming its key and value.
 func (c *Config) Validate() error {
-	for _, check := range []func() error{c.validatePlaces, c.validateShards, c.validateSizes, c.validateEtcd, c.validateSnapshots, c.Limits.validate, c.validateHTTP,
+	for _, check := range []func() error{c.validatePlaces, c.validateShards, c.validateSizes, c.validateEtcd, c.validateSnapshots, c.Limits.validate, c.validateHTTP, c.validateIceberg,
 		c.validateMemory, c.validateEngine} {
 		if err := check(); err != nil {
 			return err
@@ -533,7 +534,7 @@ func (o *serveOptions) config() Config {
 	return Config{DataDir: o.dataDir, Listen: o.listen, AdminListen: o.adminListen, Table: o.table,
 		Shards: o.shards, FlushBytes: o.flushBytes, FlushAge: o.flushAge, LeaseTTL: o.leaseTTL,
 		MaxBodyBytes: o.maxBodyBytes, ShutdownTimeout: o.shutdownTimeout, UnreadyDelay: o.unreadyDelay, LogLevel: o.logLevel, Etcd: o.etcd,
-		Snapshots: o.snapshots, Limits: o.limits, HTTP: o.http, MemoryBudget: o.memoryBudget}
+		Snapshots: o.snapshots, Limits: o.limits, HTTP: o.http, MemoryBudget: o.memoryBudget, Iceberg: o.iceberg}
 }
 
 // resolve applies the configuration file under the flags set.
@@ -546,5 +547,6 @@ func (o *serveOptions) resolve(f *pflag.FlagSet) error {
 	o.flushBytes, o.flushAge, o.leaseTTL = c.FlushBytes, c.FlushAge, c.LeaseTTL
 	o.maxBodyBytes, o.shutdownTimeout, o.unreadyDelay, o.logLevel, o.etcd = c.MaxBodyBytes, c.ShutdownTimeout, c.UnreadyDelay, c.LogLevel, c.Etcd
 	o.snapshots, o.limits, o.http, o.memoryBudget = c.Snapshots, c.Limits, c.HTTP, c.MemoryBudget
+	o.iceberg = c.Iceberg
 	return nil
 }

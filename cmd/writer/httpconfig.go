@@ -195,12 +195,16 @@ func (h HTTPConfig) apply(o *server.Options, budget int64, conns int) error {
 // connLimit is max_conns, lowered where the process's descriptor limit
 // (RLIMIT_NOFILE; Go raises the soft limit to the hard one at start)
 // would not also leave fdReserve for everything else the writer opens.
-func (h HTTPConfig) connLimit(shards int) (int, error) {
+func (h HTTPConfig) connLimit(shards int) (int, error) { return h.connLimitKeeping(shards, 0) }
+
+// connLimitKeeping is connLimit keeping extra descriptors more, for the
+// connections of another listener (the Iceberg REST catalog's).
+func (h HTTPConfig) connLimitKeeping(shards, extra int) (int, error) {
 	var rl syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
 		return 0, fmt.Errorf("read RLIMIT_NOFILE: %w", err)
 	}
-	return fitConns(h.MaxConns, rl.Cur, fdReserve(shards, h.ProbeListen != ""))
+	return fitConns(h.MaxConns, rl.Cur, fdReserve(shards, h.ProbeListen != "")+extra)
 }
 
 // fdReserve is the descriptors kept from connections: 256 for the

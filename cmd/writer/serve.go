@@ -40,6 +40,7 @@ type serveOptions struct {
 	limits          LimitsConfig
 	memoryBudget    int64
 	http            HTTPConfig
+	iceberg         IcebergConfig
 }
 
 func newServe() *cobra.Command {
@@ -82,6 +83,7 @@ func newServe() *cobra.Command {
 	addLimitFlags(f, &o.limits)
 	addMemoryFlag(f, &o.memoryBudget)
 	addHTTPFlags(f, &o.http)
+	addIcebergFlags(f, &o.iceberg)
 	return cmd
 }
 
@@ -109,6 +111,10 @@ func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
 	}
 	defer closeSnaps()
 	log.Info("snapshot store open", o.snapshotsAttrs()...)
+	restSrv, err := o.icebergRESTServer(meta, log) // nil unless iceberg.rest_listen (icebergrest.go)
+	if err != nil {
+		return err
+	}
 	lns, err := o.openListeners()
 	if err != nil {
 		return err
@@ -142,6 +148,10 @@ func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
 	srvOpts.Host = host
 	srv := server.New(srvOpts)
 	servers, served := lns.serve(srv) // /livez and /readyz answer while the shards replay
+	if restSrv != nil {
+		serveIcebergREST(restSrv, lns.rest, log)
+		servers = append(servers, restSrv)
+	}
 	log.Info("http server started; ready once the shards are claimed and replayed", "addr", addr, "probe_addr", lns.probeAddr())
 
 	var runErr error
@@ -220,23 +230,28 @@ func (o *serveOptions) snapshotsAttrs() []any {
 }
 
 // listeners are serve's HTTP listeners: ingest (every endpoint) and, when
-// http.probe_listen is set, probes.
+// http.probe_listen is set, probes; when iceberg.rest_listen is, the
+// Iceberg REST catalog.
 type listeners struct {
-	ingest, probes net.Listener
+	ingest, probes, rest net.Listener
 }
 
-// openListeners listens on --listen and http.probe_listen.
+// openListeners listens on --listen, http.probe_listen and iceberg.rest_listen.
 func (o *serveOptions) openListeners() (*listeners, error) {
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return nil, fmt.Errorf("--listen %s: %w", o.listen, err)
 	}
 	lns := &listeners{ingest: ln}
+	if lns.rest, err = o.listenIcebergREST(); err != nil {
+		ln.Close()
+		return nil, err
+	}
 	if o.http.ProbeListen == "" {
 		return lns, nil
 	}
 	if lns.probes, err = net.Listen("tcp", o.http.ProbeListen); err != nil {
-		ln.Close()
+		lns.close()
 		return nil, fmt.Errorf("http.probe_listen %s: %w", o.http.ProbeListen, err)
 	}
 	return lns, nil
@@ -246,6 +261,9 @@ func (l *listeners) close() {
 	l.ingest.Close()
 	if l.probes != nil {
 		l.probes.Close()
+	}
+	if l.rest != nil {
+		l.rest.Close()
 	}
 }
 
@@ -275,7 +293,7 @@ func (l *listeners) serve(srv *server.Server) ([]*http.Server, <-chan error) {
 // connection limit fitted to the descriptor limit, the in-flight limits
 // from the memory budget, the tokens read from their files.
 func (o *serveOptions) serverOptions(so *server.Options, budget int64, log *slog.Logger) error {
-	conns, err := o.http.connLimit(len(o.shards))
+	conns, err := o.http.connLimitKeeping(len(o.shards), o.iceberg.conns())
 	if err != nil {
 		return err
 	}
