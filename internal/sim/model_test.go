@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/rollwal/rollwal/engine"
-	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/publish"
+	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
 	"github.com/rollwal/rollwal/snapshot"
 )
