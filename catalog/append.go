@@ -1,6 +1,7 @@
 package catalog
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
@@ -95,43 +97,136 @@ func (c *Etcd) PrepareAppend(ctx context.Context, ident table.Identifier, files 
 	if len(files) == 0 {
 		return nil, fmt.Errorf("catalog: table %v: no files to append", ident)
 	}
-	return c.PrepareBaseCommit(ctx, ident, files, summary, nil)
+	return c.PrepareBaseCommit(ctx, ident, BaseCommit{Files: files, Summary: summary})
 }
 
+// BaseCommit is one commit of a base table (see PrepareBaseCommit).
+type BaseCommit struct {
+	// Files are registered by an append snapshot with Summary; with
+	// Remove, by a replace snapshot (a rewrite: compaction) that drops
+	// the files Remove names (by path) and adds Files instead.
+	Files   []File
+	Remove  []File
+	Summary iceberg.Properties
+	// Properties are set on the table.
+	Properties iceberg.Properties
+	// Retention, when not zero, expires the snapshots it does not keep
+	// in the same commit.
+	Retention Retention
+}
+
+// Retention bounds the snapshots a table keeps (and so its metadata
+// file): those younger than MaxAge, at most MaxSnapshots of them, and
+// always the current one. Zero fields do not bound.
+type Retention struct {
+	MaxAge       time.Duration
+	MaxSnapshots int
+}
+
+func (r Retention) isZero() bool { return r.MaxAge <= 0 && r.MaxSnapshots <= 0 }
+
 // PrepareBaseCommit prepares one commit of a base table: the table
-// properties props are set and, when there are files, an append snapshot
-// registers them with summary. Iceberg has no empty append, so a commit
-// without files (every row it would have published was a duplicate)
-// changes only the properties; that keeps one table commit per base
-// commit.
-func (c *Etcd) PrepareBaseCommit(ctx context.Context, ident table.Identifier, files []File, summary, props iceberg.Properties) (*PreparedCommit, error) {
+// properties are set and, when there are files, an append snapshot
+// registers them. Iceberg has no empty append, so a commit without files
+// (every row it would have published was a duplicate) changes only the
+// properties; that keeps one table commit per base commit. Snapshots the
+// retention does not keep are expired in the same commit; their files are
+// not deleted here (orphan removal does that, once no snapshot refers to
+// them).
+func (c *Etcd) PrepareBaseCommit(ctx context.Context, ident table.Identifier, bc BaseCommit) (*PreparedCommit, error) {
 	cur, err := c.load(ctx, ident)
 	if err != nil {
 		return nil, err
 	}
 	txn := cur.tbl.NewTransaction()
-	if len(props) > 0 {
-		if err := txn.SetProperties(props); err != nil {
+	if len(bc.Properties) > 0 {
+		if err := txn.SetProperties(bc.Properties); err != nil {
 			return nil, fmt.Errorf("catalog: table %s: properties: %w", cur.name, err)
 		}
 	}
-	if len(files) > 0 {
-		dfs, err := dataFiles(cur.tbl.Metadata(), files)
-		if err != nil {
-			return nil, fmt.Errorf("catalog: table %s: %w", cur.name, err)
-		}
-		// No duplicate check: it reads every manifest of the table, and the
-		// merge's own guard (watermarks, attempt-unique names) already makes
-		// registering a file twice impossible.
-		if err := txn.AddDataFiles(ctx, dfs, summary, table.WithoutDuplicateCheck()); err != nil {
-			return nil, fmt.Errorf("catalog: table %s: append: %w", cur.name, err)
-		}
+	if err := stageFiles(ctx, txn, cur.tbl.Metadata(), bc); err != nil {
+		return nil, fmt.Errorf("catalog: table %s: %w", cur.name, err)
+	}
+	if err := expire(txn, cur.tbl.Metadata(), bc.Retention, len(bc.Files) > 0 || len(bc.Remove) > 0); err != nil {
+		return nil, fmt.Errorf("catalog: table %s: expire snapshots: %w", cur.name, err)
 	}
 	tc, err := txn.TableCommit()
 	if err != nil {
 		return nil, err
 	}
 	return c.prepare(cur, tc.Requirements, tc.Updates)
+}
+
+// stageFiles stages bc's append or replace on txn.
+func stageFiles(ctx context.Context, txn *table.Transaction, meta table.Metadata, bc BaseCommit) error {
+	if len(bc.Files) == 0 && len(bc.Remove) == 0 {
+		return nil
+	}
+	adds, err := dataFiles(meta, bc.Files)
+	if err != nil {
+		return err
+	}
+	if len(bc.Remove) == 0 {
+		// No duplicate check: it reads every manifest of the table, and
+		// the merge's own guard (watermarks, attempt-unique names) already
+		// makes registering a file twice impossible.
+		if err := txn.AddDataFiles(ctx, adds, bc.Summary, table.WithoutDuplicateCheck()); err != nil {
+			return fmt.Errorf("append: %w", err)
+		}
+		return nil
+	}
+	removes, err := dataFiles(meta, bc.Remove)
+	if err != nil {
+		return err
+	}
+	rw := txn.NewRewrite(bc.Summary)
+	for _, df := range removes {
+		rw.DeleteFile(df)
+	}
+	for _, df := range adds {
+		rw.AddDataFile(df)
+	}
+	if err := rw.Commit(ctx); err != nil {
+		return fmt.Errorf("replace: %w", err)
+	}
+	return nil
+}
+
+// expire stages the expiry of the snapshots r does not keep. iceberg-go
+// expires by age only, so a count bound becomes the age of the newest
+// snapshot beyond it.
+func expire(txn *table.Transaction, meta table.Metadata, r Retention, adding bool) error {
+	if r.isZero() {
+		return nil
+	}
+	snaps := meta.Snapshots()
+	if len(snaps) == 0 {
+		return nil
+	}
+	now := time.Now()
+	age := r.MaxAge
+	if age <= 0 {
+		age = math.MaxInt64
+	}
+	keep := r.MaxSnapshots
+	if adding {
+		keep-- // the new snapshot is one of them
+	}
+	if r.MaxSnapshots > 0 && keep <= 0 {
+		age = 0
+	} else if r.MaxSnapshots > 0 && len(snaps) > keep {
+		ts := make([]int64, len(snaps))
+		for i, s := range snaps {
+			ts[i] = s.TimestampMs
+		}
+		slices.Sort(ts)
+		oldestKept := time.UnixMilli(ts[len(ts)-keep])
+		age = min(age, max(now.Sub(oldestKept), 0))
+	}
+	if oldest := time.UnixMilli(slices.MinFunc(snaps, func(a, b table.Snapshot) int { return cmp.Compare(a.TimestampMs, b.TimestampMs) }).TimestampMs); now.Sub(oldest) <= age {
+		return nil
+	}
+	return txn.ExpireSnapshots(table.WithOlderThan(age), table.WithRetainLast(1), table.WithPostCommit(false))
 }
 
 func dataFiles(meta table.Metadata, files []File) ([]iceberg.DataFile, error) {

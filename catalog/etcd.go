@@ -7,6 +7,7 @@ import (
 	"iter"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	icecat "github.com/apache/iceberg-go/catalog"
@@ -72,6 +73,8 @@ type Etcd struct {
 	keys keys
 	io   fileIO
 	log  *slog.Logger
+	cacheMu sync.Mutex
+	cache   []cachedMetadata
 	// afterTxn, in tests, replaces the error of a commit transaction
 	// after it ran (to lose an answer) or before (to drop the request).
 	afterTxn func(op string, err error) error
@@ -96,6 +99,41 @@ func (c *Etcd) rpc(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 func (c *Etcd) fsF(context.Context) (icebergio.IO, error) { return c.io, nil }
+
+// metadata reads a table metadata file, or returns it from the cache of
+// the last few read: metadata files are immutable, and one merge pass
+// loads the same table several times.
+func (c *Etcd) metadata(ctx context.Context, loc string) (table.Metadata, error) {
+	c.cacheMu.Lock()
+	defer c.cacheMu.Unlock()
+	for _, e := range c.cache {
+		if e.loc == loc {
+			return e.meta, nil
+		}
+	}
+	tbl, err := table.NewFromLocation(ctx, nil, loc, c.fsF, c)
+	if err != nil {
+		return nil, err
+	}
+	c.remember(loc, tbl.Metadata())
+	return tbl.Metadata(), nil
+}
+
+// remember caches metadata the catalog read or wrote; the caller holds
+// cacheMu.
+func (c *Etcd) remember(loc string, meta table.Metadata) {
+	c.cache = append(c.cache, cachedMetadata{loc, meta})
+	if len(c.cache) > metadataCacheSize {
+		c.cache = c.cache[1:]
+	}
+}
+
+const metadataCacheSize = 4
+
+type cachedMetadata struct {
+	loc  string
+	meta table.Metadata
+}
 
 // current is a table as the catalog holds it: its record, the key's mod
 // revision (the commit guard) and the metadata the record names.
@@ -137,10 +175,11 @@ func (c *Etcd) load(ctx context.Context, ident table.Identifier) (*current, erro
 	if err != nil {
 		return nil, err
 	}
-	tbl, err := table.NewFromLocation(ctx, table.Identifier{ns, name}, rec.MetadataLocation, c.fsF, c)
+	meta, err := c.metadata(ctx, rec.MetadataLocation)
 	if err != nil {
 		return nil, fmt.Errorf("catalog: table %s.%s: metadata %s: %w", ns, name, rec.MetadataLocation, err)
 	}
+	tbl := table.New(table.Identifier{ns, name}, meta, rec.MetadataLocation, c.fsF, c)
 	return &current{key: key, rev: kv.ModRevision, rec: rec, tbl: tbl, name: ns + "." + name}, nil
 }
 

@@ -53,5 +53,8 @@ func (c *Etcd) writeMetadata(meta table.Metadata, loc string) error {
 	if err := c.io.WriteFile(loc, data); err != nil {
 		return fmt.Errorf("catalog: write metadata %s: %w", loc, err)
 	}
+	c.cacheMu.Lock()
+	c.remember(loc, meta)
+	c.cacheMu.Unlock()
 	return nil
 }

@@ -69,8 +69,9 @@ func BaseSortOrder() (table.SortOrder, error) {
 
 // BaseProperties are the base table's properties: format v2; a name
 // mapping, because base files carry no Parquet field ids (readers resolve
-// columns by name through it); and no automatic commit retries, because a
-// base commit is replanned by the merge, never replayed by iceberg-go.
+// columns by name through it); no automatic commit retries, because a
+// base commit is replanned by the merge, never replayed by iceberg-go;
+// and manifest merging.
 func BaseProperties(sc *iceberg.Schema) (iceberg.Properties, error) {
 	mapping, err := json.Marshal(sc.NameMapping())
 	if err != nil {
@@ -80,6 +81,10 @@ func BaseProperties(sc *iceberg.Schema) (iceberg.Properties, error) {
 		table.PropertyFormatVersion: "2",
 		table.DefaultNameMappingKey: string(mapping),
 		table.CommitNumRetriesKey:   strconv.Itoa(0),
+		// One manifest per commit would make the manifest list (and the
+		// ID check's reads) grow with every merge: merge them once there
+		// are 100.
+		table.ManifestMergeEnabledKey: "true",
 	}, nil
 }
 

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
@@ -175,15 +174,22 @@ func ReaderManifestName(v uint64) string { return fmt.Sprintf("%020d.json", v) }
 // missing (temp → fsync → rename → fsync dir), from the table's current
 // snapshot, which must be that version's. Version 0 has none.
 func (c *Coordinator) writeReaderManifest(ctx context.Context, st *shardmeta.BaseState) error {
+	final := filepath.Join(c.baseDir, "_manifest", ReaderManifestName(st.Version))
+	if _, err := c.opts.FS.Stat(final); err == nil {
+		return nil
+	}
+	return c.replaceReaderManifest(ctx, st)
+}
+
+// replaceReaderManifest writes the readers' manifest of st's version,
+// replacing one that exists (atomically: rename).
+func (c *Coordinator) replaceReaderManifest(ctx context.Context, st *shardmeta.BaseState) error {
 	if st.Version == 0 {
 		return nil
 	}
 	fs := c.opts.FS
 	dir := filepath.Join(c.baseDir, "_manifest")
 	final := filepath.Join(dir, ReaderManifestName(st.Version))
-	if _, err := fs.Stat(final); err == nil {
-		return nil
-	}
 	b, err := c.loadBase(ctx, st.Version)
 	if err != nil {
 		return err
@@ -244,19 +250,19 @@ func LatestReaderManifest(fs vfs.FS, baseDir string) (m ReaderManifest, ok bool,
 	if latest == "" {
 		return m, false, nil
 	}
-	f, err := fs.Open(filepath.Join(dir, latest))
+	m, err = readReaderManifest(fs, filepath.Join(dir, latest))
+	return m, err == nil, err
+}
+
+func readReaderManifest(fs vfs.FS, path string) (m ReaderManifest, err error) {
+	data, err := vfs.ReadFile(fs, path)
 	if err != nil {
-		return m, false, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(f)
-	if err != nil {
-		return m, false, err
+		return m, err
 	}
 	if err := json.Unmarshal(data, &m); err != nil {
-		return m, false, fmt.Errorf("publish: %s: %w", latest, err)
+		return m, fmt.Errorf("publish: readers' manifest %s: %w", path, err)
 	}
-	return m, true, nil
+	return m, nil
 }
 
 // Result summarises a RunOnce.
@@ -267,12 +273,51 @@ type Result struct {
 	RowsStaged  int64
 	Dropped     int64
 	Version     uint64
+	// Compacted is the number of small base files the run compacted
+	// (one more commit when not 0).
+	Compacted int
+}
+
+// SweepEvery is how many commits RunOnce lets pass between orphan sweeps
+// (New sweeps too): a sweep reads the lists of every live snapshot and
+// the kept readers' manifests, which costs more than a small merge.
+const SweepEvery = 16
+
+// maintain runs after RunOnce's passes: it compacts (unless disabled) when
+// a pass committed, and sweeps orphans every SweepEvery commits.
+func (c *Coordinator) maintain(ctx context.Context, res *Result) error {
+	if res.Passes > 0 && !c.opts.Compaction.Disabled {
+		cr, err := c.Compact(ctx)
+		if err != nil {
+			return fmt.Errorf("publish: merged to version %d, then compaction failed: %w", res.Version, err)
+		}
+		res.Version, res.Compacted = cr.Version, cr.FilesIn
+	}
+	c.sweepAfter(ctx, *res)
+	return nil
+}
+
+// sweepAfter removes orphans (RemoveOrphans) once SweepEvery commits
+// passed since the last sweep. A failed removal is logged, not returned:
+// the commits stand and the next run sweeps again.
+func (c *Coordinator) sweepAfter(ctx context.Context, res Result) {
+	c.table.commitsSinceSweep += res.Passes
+	if res.Compacted > 0 {
+		c.table.commitsSinceSweep++
+	}
+	if c.table.commitsSinceSweep < SweepEvery {
+		return
+	}
+	if _, err := c.RemoveOrphans(ctx); err != nil {
+		c.log.Warn("removing orphan files failed; the next run retries", "err", err)
+	}
 }
 
 // RunOnce does whole merge passes until nothing is left to merge: it first
 // repairs a missing readers' manifest of the committed version, then
 // plans, stages and commits, replanning after each commit (a plan staged
-// in parts by the memory budget needs one pass per part).
+// in parts by the memory budget needs one pass per part), then maintains
+// the table (maintain).
 func (c *Coordinator) RunOnce(ctx context.Context) (Result, error) {
 	var res Result
 	st, _, err := c.store.LoadBaseState(ctx)
@@ -290,7 +335,7 @@ func (c *Coordinator) RunOnce(ctx context.Context) (Result, error) {
 		}
 		res.Version = plan.BaseVersion
 		if plan.Empty() {
-			return res, nil
+			return res, c.maintain(ctx, &res)
 		}
 		staged, err := c.Stage(ctx, plan)
 		if err != nil {

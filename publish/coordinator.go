@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/rollwal/rollwal/catalog"
 	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
@@ -48,7 +49,15 @@ const (
 	DefaultLeaseTTL       = 10 * time.Second
 	DefaultRequestTimeout = 5 * time.Second
 	DefaultMemoryBudget   = 256 << 20
+	// DefaultOrphanGrace is far above any request timeout: a commit whose
+	// answer was lost is applied or refused long before.
+	DefaultOrphanGrace = 15 * time.Minute
 )
+
+// DefaultSnapshotRetention keeps a day of snapshots, at most 200 (with
+// merges every few seconds, the newest 200): time travel across recent
+// merges with a metadata file of a few hundred KB.
+var DefaultSnapshotRetention = catalog.Retention{MaxAge: 24 * time.Hour, MaxSnapshots: 200}
 
 // Options configure a Coordinator.
 type Options struct {
@@ -72,6 +81,17 @@ type Options struct {
 	MemoryBudget int64
 	// Codec of the base files; default "snappy".
 	Codec string
+	// SnapshotRetention bounds the base table's snapshots (and so its
+	// metadata file); every commit expires those it does not keep. Zero
+	// means DefaultSnapshotRetention.
+	SnapshotRetention catalog.Retention
+	// Compaction configures the rewrite of small base files (Compact),
+	// which RunOnce runs after its passes.
+	Compaction Compaction
+	// OrphanGrace is how old an unreferenced file under the base must be
+	// before RemoveOrphans deletes it; 0 means DefaultOrphanGrace, a
+	// negative value none (for tests).
+	OrphanGrace time.Duration
 	// DisableReplayRanges is a test switch: the planner ignores the
 	// writers' provenance (recorded replay ranges and inherited WAL tails)
 	// and extends the cutoff at every epoch change, so that the cutoff
@@ -110,6 +130,18 @@ func (o *Options) ensureDefaults() {
 	if o.Codec == "" {
 		o.Codec = "snappy"
 	}
+	if o.SnapshotRetention == (catalog.Retention{}) {
+		o.SnapshotRetention = DefaultSnapshotRetention
+	}
+	if o.OrphanGrace == 0 {
+		o.OrphanGrace = DefaultOrphanGrace
+	}
+	if o.Compaction.TargetBytes == 0 {
+		o.Compaction.TargetBytes = DefaultCompactionTarget
+	}
+	if o.Compaction.MinFiles == 0 {
+		o.Compaction.MinFiles = DefaultCompactionMinFiles
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -137,6 +169,9 @@ type Coordinator struct {
 	// testHookAfterPrepare runs once a commit's Iceberg metadata files are
 	// written, before its transaction; an error aborts there (a crash).
 	testHookAfterPrepare func() error
+	// testHookCompactTxn runs once a compaction's files and metadata are
+	// written, before its transaction; an error aborts there (a crash).
+	testHookCompactTxn func() error
 	// testHookCommit, when set, sees the commit transaction's error and
 	// may replace it (simulating a response lost after the apply).
 	testHookCommit func(err error) error
@@ -164,6 +199,12 @@ func New(ctx context.Context, opts Options) (*Coordinator, error) {
 	}
 	if opts.LeaseTTL < time.Second {
 		return nil, fmt.Errorf("publish: lease TTL %v is below 1s", opts.LeaseTTL)
+	}
+	if r := opts.SnapshotRetention; r.MaxAge < 0 || r.MaxSnapshots < 0 {
+		return nil, fmt.Errorf("publish: snapshot retention %+v is negative", r)
+	}
+	if cc := opts.Compaction; cc.TargetBytes < 1<<10 || cc.MinFiles < 2 {
+		return nil, fmt.Errorf("publish: compaction target %d bytes (want ≥ 1 KiB) or min files %d (want ≥ 2)", cc.TargetBytes, cc.MinFiles)
 	}
 	if err := opts.Schema.Validate(); err != nil {
 		return nil, err
@@ -201,8 +242,8 @@ func New(ctx context.Context, opts Options) (*Coordinator, error) {
 }
 
 // prepareBase runs once the lock is held: the base's Iceberg table exists,
-// a legacy state's files are moved into it, and files no snapshot names
-// are deleted.
+// a legacy state's files are moved into it, the readers' manifest of the
+// committed version exists, and orphans are deleted.
 func (c *Coordinator) prepareBase(ctx context.Context) error {
 	if err := c.ensureTable(ctx); err != nil {
 		return err
@@ -210,7 +251,15 @@ func (c *Coordinator) prepareBase(ctx context.Context) error {
 	if err := c.migrate(ctx); err != nil {
 		return err
 	}
-	return c.removeGarbage(ctx)
+	if err := c.repairReaderManifest(ctx); err != nil {
+		return err
+	}
+	_, err := c.RemoveOrphans(ctx)
+	if errors.Is(err, ErrInvalidState) {
+		c.log.Warn("base refused; not removing orphans (Plan fails closed)", "err", err)
+		return nil
+	}
+	return err
 }
 
 func (c *Coordinator) rpc(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -321,49 +370,19 @@ func (c *Coordinator) Lease() clientv3.LeaseID { return c.lease }
 // BaseDir is <data>/<table>/base.
 func (c *Coordinator) BaseDir() string { return c.baseDir }
 
-// removeGarbage deletes base data files that the current snapshot does
-// not name.
-func (c *Coordinator) removeGarbage(ctx context.Context) error {
+
+// repairReaderManifest writes the committed version's readers' manifest
+// when a crash after the commit left it missing. A base that Plan will
+// refuse is left alone.
+func (c *Coordinator) repairReaderManifest(ctx context.Context) error {
 	st, _, err := c.store.LoadBaseState(ctx)
 	if errors.Is(err, shardmeta.ErrInvalidBaseState) {
-		c.log.Warn("base state refused; not collecting garbage (Plan fails closed)", "err", err)
 		return nil
 	} else if err != nil {
 		return err
 	}
-	b, err := c.loadBase(ctx, st.Version)
-	if errors.Is(err, ErrInvalidState) {
-		c.log.Warn("base table refused; not collecting garbage (Stage fails closed)", "err", err)
-		return nil
-	} else if err != nil {
+	if err := c.writeReaderManifest(ctx, st); err != nil && !errors.Is(err, ErrInvalidState) {
 		return err
-	}
-	named := map[string]bool{}
-	for _, f := range b.files {
-		named[filepath.FromSlash(f.Path)] = true
-	}
-	dataDir := filepath.Join(c.baseDir, "data")
-	shards, err := c.opts.FS.List(dataDir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	} else if err != nil {
-		return fmt.Errorf("publish: list %s: %w", dataDir, err)
-	}
-	for _, s := range shards {
-		names, err := c.opts.FS.List(filepath.Join(dataDir, s))
-		if err != nil {
-			continue // not a directory
-		}
-		for _, n := range names {
-			rel := filepath.Join("data", s, n)
-			if named[rel] {
-				continue
-			}
-			if err := c.opts.FS.Remove(filepath.Join(c.baseDir, rel)); err != nil {
-				return fmt.Errorf("publish: remove uncommitted base file %s: %w", rel, err)
-			}
-			c.log.Info("removed uncommitted base file", "file", rel)
-		}
 	}
 	return nil
 }

@@ -37,8 +37,40 @@ type baseTable struct {
 	ident    table.Identifier
 	location string
 	// manifests caches the files of each manifest read (manifests are
-	// immutable), pruned to the current snapshot's on every listing.
+	// immutable), pruned on every listing to the current snapshot's and
+	// those the last orphan sweep found live.
 	manifests map[string][]shardmeta.BaseFile
+	swept     map[string]bool
+	// lists caches manifest lists (immutable too) for the orphan sweep;
+	// readers caches the paths each readers' manifest names.
+	lists   map[string][]iceberg.ManifestFile
+	readers map[string][]string
+	// commitsSinceSweep counts commits since the last RemoveOrphans.
+	commitsSinceSweep int
+}
+
+// manifestList returns snap's manifests, reading its list once.
+func (t *baseTable) manifestList(fio icebergio.IO, snap table.Snapshot) ([]iceberg.ManifestFile, error) {
+	if mfs, ok := t.lists[snap.ManifestList]; ok {
+		return mfs, nil
+	}
+	mfs, err := snap.Manifests(fio)
+	if err != nil {
+		return nil, fmt.Errorf("publish: snapshot %d: manifest list: %w", snap.SnapshotID, err)
+	}
+	t.lists[snap.ManifestList] = mfs
+	return mfs, nil
+}
+
+// keepManifests records the manifests of every live snapshot: the cache
+// keeps them across listings of the current snapshot.
+func (t *baseTable) keepManifests(live map[string]bool) {
+	t.swept = live
+	for p := range t.manifests {
+		if !live[p] {
+			delete(t.manifests, p)
+		}
+	}
 }
 
 func (c *Coordinator) openBaseTable() error {
@@ -48,7 +80,7 @@ func (c *Coordinator) openBaseTable() error {
 		return err
 	}
 	c.table = &baseTable{cat: cat, ident: catalog.BaseIdent(c.opts.Table), location: c.baseDir,
-		manifests: map[string][]shardmeta.BaseFile{}}
+		manifests: map[string][]shardmeta.BaseFile{}, lists: map[string][]iceberg.ManifestFile{}, readers: map[string][]string{}}
 	return nil
 }
 
@@ -146,7 +178,7 @@ func (t *baseTable) snapshotFiles(ctx context.Context, tbl *table.Table, snap *t
 		out = append(out, files...)
 	}
 	for p := range t.manifests {
-		if !live[p] {
+		if !live[p] && !t.swept[p] {
 			delete(t.manifests, p)
 		}
 	}
@@ -227,7 +259,8 @@ func (c *Coordinator) prepareAppend(ctx context.Context, plan *Plan, parts []Sta
 	v := strconv.FormatUint(version, 10)
 	summary := catalog.Summary(prov)
 	summary[BaseVersionProperty] = v
-	p, err := c.table.cat.PrepareBaseCommit(ctx, c.table.ident, c.icebergFiles(files), summary, iceberg.Properties{BaseVersionProperty: v})
+	p, err := c.table.cat.PrepareBaseCommit(ctx, c.table.ident, catalog.BaseCommit{Files: c.icebergFiles(files), Summary: summary,
+		Properties: iceberg.Properties{BaseVersionProperty: v}, Retention: c.opts.SnapshotRetention})
 	if err != nil {
 		return nil, fmt.Errorf("publish: Iceberg metadata of base version %d: %w", version, err)
 	}

@@ -159,7 +159,7 @@ func (e *env) flush(s *engine.Shard) uint64 {
 
 func (e *env) coordinator(mod ...func(*Options)) *Coordinator {
 	e.t.Helper()
-	o := Options{Etcd: etcdClient, Prefix: "rollwal", Table: e.table, DataDir: e.dir, FS: e.fs, LeaseTTL: 5 * time.Second}
+	o := Options{Etcd: etcdClient, Prefix: "rollwal", Table: e.table, DataDir: e.dir, FS: e.fs, LeaseTTL: 5 * time.Second, OrphanGrace: -1}
 	for _, f := range mod {
 		f(&o)
 	}

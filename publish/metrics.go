@@ -15,6 +15,8 @@ type metrics struct {
 	baseOpens   prometheus.Counter
 	commits     *prometheus.CounterVec // result: ok | noop | stale | moved | lock_lost | not_applied | unknown
 	transitions *prometheus.CounterVec // kind: conservative | precise
+	compactions prometheus.Counter
+	orphans     *prometheus.CounterVec // kind: data | metadata | readers_manifest
 }
 
 func newMetrics(reg prometheus.Registerer, table string) (*metrics, error) {
@@ -36,6 +38,10 @@ func newMetrics(reg prometheus.Registerer, table string) (*metrics, error) {
 			Help: "Base commits, by result.", ConstLabels: cl}, []string{"result"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rollwal_publish_epoch_transitions_total",
 			Help: "Observed writer-epoch changes, by kind (conservative or precise).", ConstLabels: cl}, []string{"kind"}),
+		compactions: prometheus.NewCounter(prometheus.CounterOpts{Name: "rollwal_publish_compacted_files_total",
+			Help: "Base files written by compaction.", ConstLabels: cl}),
+		orphans: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rollwal_publish_orphans_removed_total",
+			Help: "Unreferenced files removed under the base, by kind (data, metadata, readers_manifest).", ConstLabels: cl}, []string{"kind"}),
 	}
 	if reg == nil {
 		return m, nil
@@ -74,5 +80,7 @@ func newMetrics(reg prometheus.Registerer, table string) (*metrics, error) {
 	reuse(&m.baseOpens, m.baseOpens)
 	reuse(&m.commits, m.commits)
 	reuse(&m.transitions, m.transitions)
+	reuse(&m.compactions, m.compactions)
+	reuse(&m.orphans, m.orphans)
 	return m, err
 }

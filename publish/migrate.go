@@ -9,6 +9,7 @@ import (
 
 	"github.com/apache/iceberg-go"
 
+	"github.com/rollwal/rollwal/catalog"
 	"github.com/rollwal/rollwal/generation"
 	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/shardmeta"
@@ -55,7 +56,8 @@ func (c *Coordinator) migrate(ctx context.Context) error {
 	}
 	v := strconv.FormatUint(st.Version, 10)
 	summary := iceberg.Properties{BaseVersionProperty: v, SummaryMigrated: "base/state format 1"}
-	tc, err := c.table.cat.PrepareBaseCommit(ctx, c.table.ident, c.icebergFiles(files), summary, iceberg.Properties{BaseVersionProperty: v})
+	tc, err := c.table.cat.PrepareBaseCommit(ctx, c.table.ident, catalog.BaseCommit{Files: c.icebergFiles(files), Summary: summary,
+		Properties: iceberg.Properties{BaseVersionProperty: v}})
 	if err != nil {
 		return fmt.Errorf("publish: migrate base version %d: %w", st.Version, err)
 	}
@@ -69,7 +71,9 @@ func (c *Coordinator) migrate(ctx context.Context) error {
 		return fmt.Errorf("publish: migrate base version %d: %w", st.Version, err)
 	}
 	c.log.Info("moved the base state's file list into the Iceberg table", "version", st.Version, "files", len(files), "metadata", tc.Location)
-	return c.writeReaderManifest(ctx, next)
+	// The previous version's readers' manifest of this version has no
+	// iceberg_metadata: replace it.
+	return c.replaceReaderManifest(ctx, next)
 }
 
 // verifyLegacyFiles checks every file a legacy state names before the

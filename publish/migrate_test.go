@@ -1,6 +1,7 @@
 package publish
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -46,6 +47,22 @@ func (e *env) legacyBase() *shardmeta.BaseState {
 	st.Shards["s0"] = shardmeta.ShardMergeState{Watermark: last, ObservedEpoch: &m.WriterEpoch, Cutoff: &last}
 	e.putState(st)
 	e.drain("s0", false)
+	// The previous version's readers' manifest (no iceberg_metadata).
+	rm := ReaderManifest{Version: st.Version}
+	for _, f := range st.Files {
+		rm.Files = append(rm.Files, ReaderManifestFile{Path: f.Path, Rows: f.Rows})
+		rm.Rows += f.Rows
+	}
+	data, err := json.Marshal(rm)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(e.baseDir(), "_manifest"), 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(e.baseDir(), "_manifest", ReaderManifestName(st.Version)), data, 0o644); err != nil {
+		e.t.Fatal(err)
+	}
 	return st
 }
 
@@ -67,6 +84,9 @@ func TestMigrateLegacyBase(t *testing.T) {
 		t.Fatalf("the table holds %d files, the legacy state listed %d", len(files), len(legacy.Files))
 	}
 	e.wantAllIDs()
+	if m, _, err := LatestReaderManifest(e.fs, e.baseDir()); err != nil || m.IcebergMetadata != e.baseTable().MetadataLocation() {
+		t.Fatalf("the readers' manifest of the migrated version names metadata %q (%v), want the table's %s", m.IcebergMetadata, err, e.baseTable().MetadataLocation())
+	}
 	c.Close()
 	// Once: a second coordinator finds nothing to migrate.
 	c = e.coordinator()

@@ -3,7 +3,6 @@ package sim
 import (
 	"fmt"
 	"maps"
-	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -267,8 +266,8 @@ func (m *model) lagged(shard string) bool {
 }
 
 // observeBase checks the base against the last one observed: the version,
-// the files (append-only: every file stays), watermarks, observed epochs
-// and cutoffs only move forward.
+// the rows (compaction replaces files, never rows), watermarks, observed
+// epochs and cutoffs only move forward.
 func (m *model) observeBase(cur *publish.Base) []string {
 	var v []string
 	prev := m.base
@@ -279,15 +278,10 @@ func (m *model) observeBase(cur *publish.Base) []string {
 	if cur.Version < prev.Version {
 		v = append(v, fmt.Sprintf("base version went from %d to %d", prev.Version, cur.Version))
 	}
-	have := map[string]shardmeta.BaseFile{}
-	for _, f := range cur.Files {
-		have[f.Path] = f
-	}
-	for _, f := range prev.Files {
-		if g, ok := have[f.Path]; !ok || !reflect.DeepEqual(g, f) {
-			v = append(v, fmt.Sprintf("base files are not append-only: %s (%d files) is gone or changed in the %d files of version %d", f.Path, len(prev.Files), len(cur.Files), cur.Version))
-			break
-		}
+	// Compaction may replace files, never rows: the base never loses one.
+	if rows(cur.Files) < rows(prev.Files) {
+		v = append(v, fmt.Sprintf("base lost rows: %d rows in %d files became %d in %d (version %d → %d)",
+			rows(prev.Files), len(prev.Files), rows(cur.Files), len(cur.Files), prev.Version, cur.Version))
 	}
 	if cur.Version == prev.Version && len(cur.Files) != len(prev.Files) {
 		v = append(v, fmt.Sprintf("base files changed (%d → %d) without a new version %d", len(prev.Files), len(cur.Files), cur.Version))
@@ -382,4 +376,12 @@ func (m *model) checkBase(base map[string][]copyOf) []string {
 		}
 	}
 	return v
+}
+
+func rows(files []shardmeta.BaseFile) int64 {
+	var n int64
+	for _, f := range files {
+		n += f.Rows
+	}
+	return n
 }

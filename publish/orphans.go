@@ -1,0 +1,221 @@
+package publish
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/rollwal/rollwal/shardmeta"
+)
+
+// KeepReaderManifests is how many of the newest readers' manifests stay
+// (with every file they name) when orphans are removed: a reader that
+// listed _manifest/ a moment ago still finds its version.
+const KeepReaderManifests = 16
+
+// Orphans is what RemoveOrphans found and deleted.
+type Orphans struct {
+	// DataFiles, MetadataFiles, ReaderManifests count the files deleted:
+	// base files no live snapshot (nor a kept readers' manifest) names,
+	// Iceberg files the current metadata does not reach (those of expired
+	// snapshots, failed attempts and metadata past the log), and readers'
+	// manifests older than the newest KeepReaderManifests.
+	DataFiles, MetadataFiles, ReaderManifests int
+}
+
+// RemoveOrphans deletes every file under the base directory that nothing
+// live refers to and that is older than Options.OrphanGrace. Live is: the current metadata file and those its
+// metadata log lists; every snapshot of the current metadata with its
+// manifest list, manifests and data files; the newest KeepReaderManifests
+// readers' manifests and the files they name. Only the lock holder writes
+// under the base, and it does not write while it sweeps, so an unnamed
+// file is the garbage of a failed attempt, an expired snapshot or a
+// compaction — never a commit in flight: a zombie's commit would fail its
+// guard. The grace covers the one exception: this coordinator's own commit
+// whose answer was lost may still be applied by etcd a moment later, and
+// must find its files. Deleting is idempotent, so a crash in the middle leaves only less
+// garbage for the next sweep. Without the lock it fails with ErrLockLost
+// and deletes nothing.
+func (c *Coordinator) RemoveOrphans(ctx context.Context) (Orphans, error) {
+	var out Orphans
+	st, _, err := c.store.LoadBaseState(ctx)
+	if err != nil {
+		return out, stateErr(err)
+	}
+	b, err := c.loadBase(ctx, st.Version)
+	if err != nil {
+		return out, err
+	}
+	live, err := c.liveFiles(ctx, b.tbl)
+	if err != nil {
+		return out, err
+	}
+	if err := c.checkLock(ctx); err != nil {
+		return out, err
+	}
+	if out.ReaderManifests, err = c.pruneReaderManifests(live); err != nil {
+		return out, err
+	}
+	if out.DataFiles, err = c.sweepData(live); err != nil {
+		return out, err
+	}
+	if out.MetadataFiles, err = c.sweep(filepath.Join(c.baseDir, "metadata"), live); err != nil {
+		return out, err
+	}
+	c.table.commitsSinceSweep = 0
+	c.metrics.orphans.WithLabelValues("data").Add(float64(out.DataFiles))
+	c.metrics.orphans.WithLabelValues("metadata").Add(float64(out.MetadataFiles))
+	c.metrics.orphans.WithLabelValues("readers_manifest").Add(float64(out.ReaderManifests))
+	if out != (Orphans{}) {
+		c.log.Info("removed orphan files", "data_files", out.DataFiles, "metadata_files", out.MetadataFiles, "readers_manifests", out.ReaderManifests)
+	}
+	return out, nil
+}
+
+// liveFiles is the set of absolute paths that must stay.
+func (c *Coordinator) liveFiles(ctx context.Context, tbl *table.Table) (map[string]bool, error) {
+	live := map[string]bool{tbl.MetadataLocation(): true}
+	for e := range tbl.Metadata().PreviousFiles() {
+		live[e.MetadataFile] = true
+	}
+	fio, err := tbl.FS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	manifests, lists := map[string]bool{}, map[string]bool{}
+	for _, snap := range tbl.Metadata().Snapshots() {
+		live[snap.ManifestList], lists[snap.ManifestList] = true, true
+		mfs, err := c.table.manifestList(fio, snap)
+		if err != nil {
+			return nil, err
+		}
+		for _, mf := range mfs {
+			if manifests[mf.FilePath()] {
+				continue
+			}
+			manifests[mf.FilePath()] = true
+			live[mf.FilePath()] = true
+			files, err := c.table.manifestFiles(fio, mf, c.baseDir)
+			if err != nil {
+				return nil, err
+			}
+			for _, f := range files {
+				live[filepath.Join(c.baseDir, filepath.FromSlash(f.Path))] = true
+			}
+		}
+	}
+	c.table.keepManifests(manifests)
+	for p := range c.table.lists {
+		if !lists[p] {
+			delete(c.table.lists, p)
+		}
+	}
+	return live, nil
+}
+
+// pruneReaderManifests deletes all but the newest KeepReaderManifests
+// readers' manifests and adds the files the kept ones name to live.
+func (c *Coordinator) pruneReaderManifests(live map[string]bool) (int, error) {
+	dir := filepath.Join(c.baseDir, "_manifest")
+	names, err := c.opts.FS.List(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	} else if err != nil {
+		return 0, fmt.Errorf("publish: list %s: %w", dir, err)
+	}
+	var versions []string
+	for _, n := range names {
+		if len(n) == len(ReaderManifestName(0)) && strings.HasSuffix(n, ".json") {
+			versions = append(versions, n)
+		}
+	}
+	slices.Sort(versions)
+	cut := max(len(versions)-KeepReaderManifests, 0)
+	kept := map[string][]string{}
+	for _, n := range versions[cut:] {
+		paths, ok := c.table.readers[n]
+		if !ok {
+			m, err := readReaderManifest(c.opts.FS, filepath.Join(dir, n))
+			if err != nil {
+				return 0, err
+			}
+			for _, f := range m.Files {
+				paths = append(paths, filepath.Join(c.baseDir, filepath.FromSlash(f.Path)))
+			}
+		}
+		kept[n] = paths
+		for _, p := range paths {
+			live[p] = true
+		}
+	}
+	c.table.readers = kept
+	removed := 0
+	for _, n := range versions[:cut] {
+		if err := c.opts.FS.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return removed, fmt.Errorf("publish: remove readers' manifest %s: %w", n, err)
+		}
+		removed++
+	}
+	return removed, nil
+}
+
+// sweepData sweeps base/data/<shard>/ for every shard directory.
+func (c *Coordinator) sweepData(live map[string]bool) (int, error) {
+	dataDir := filepath.Join(c.baseDir, "data")
+	shards, err := c.opts.FS.List(dataDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	} else if err != nil {
+		return 0, fmt.Errorf("publish: list %s: %w", dataDir, err)
+	}
+	total := 0
+	for _, s := range shards {
+		if shardmeta.ValidateShard(s) != nil {
+			continue // not ours
+		}
+		n, err := c.sweep(filepath.Join(dataDir, s), live)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+// sweep deletes the files of dir that live does not hold and that are
+// older than the grace.
+func (c *Coordinator) sweep(dir string, live map[string]bool) (int, error) {
+	names, err := c.opts.FS.List(dir)
+	if err != nil {
+		return 0, nil // gone, or not a directory
+	}
+	removed := 0
+	for _, n := range names {
+		p := filepath.Join(dir, n)
+		if live[p] || c.young(p) {
+			continue
+		}
+		if err := c.opts.FS.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return removed, fmt.Errorf("publish: remove orphan %s: %w", p, err)
+		}
+		c.log.Debug("removed orphan file", "file", p)
+		removed++
+	}
+	return removed, nil
+}
+
+// young reports whether p was modified within the orphan grace.
+func (c *Coordinator) young(p string) bool {
+	if c.opts.OrphanGrace < 0 {
+		return false
+	}
+	info, err := c.opts.FS.Stat(p)
+	return err == nil && time.Since(info.ModTime()) < c.opts.OrphanGrace
+}
