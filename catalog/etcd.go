@@ -68,11 +68,11 @@ func (o *Options) Validate() error {
 // Etcd is an Iceberg catalog whose record of each table is one etcd key.
 // It is safe for concurrent use.
 type Etcd struct {
-	opts Options
-	cli  *clientv3.Client
-	keys keys
-	io   fileIO
-	log  *slog.Logger
+	opts    Options
+	cli     *clientv3.Client
+	keys    keys
+	io      fileIO
+	log     *slog.Logger
 	cacheMu sync.Mutex
 	cache   []cachedMetadata
 	// afterTxn, in tests, replaces the error of a commit transaction

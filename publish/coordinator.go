@@ -370,7 +370,6 @@ func (c *Coordinator) Lease() clientv3.LeaseID { return c.lease }
 // BaseDir is <data>/<table>/base.
 func (c *Coordinator) BaseDir() string { return c.baseDir }
 
-
 // repairReaderManifest writes the committed version's readers' manifest
 // when a crash after the commit left it missing. A base that Plan will
 // refuse is left alone.
