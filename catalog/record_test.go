@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -57,4 +58,17 @@ func FuzzDecodeRecord(f *testing.F) {
 			t.Fatalf("%q: re-decoded %+v %v, want %+v", data, again, err, r)
 		}
 	})
+}
+
+// docRecordMax is the table record's bound that docs/format/etcd.md
+// states: two metadata locations of PATH_MAX (4,096 bytes) each.
+const docRecordMax = 8300
+
+// TestRecordBounded: a record naming two metadata files at PATH_MAX
+// encodes within docRecordMax.
+func TestRecordBounded(t *testing.T) {
+	long := "/" + strings.Repeat("d", 4095)
+	if n := len(record{Format: recordFormat, MetadataLocation: long, PreviousMetadataLocation: long}.encode()); n > docRecordMax {
+		t.Fatalf("record with two 4096-byte locations: %d bytes, docs/format/etcd.md states %d", n, docRecordMax)
+	}
 }

@@ -1,8 +1,10 @@
 // Package publish merges the shards' flushed generations into a table's base
-// table — Parquet files under <data>/<table>/base/data/ plus readers'
-// manifests under <data>/<table>/base/_manifest/ — so that every
-// acknowledged row is in the base exactly once, through writer restarts
-// that replay already-published WAL tails into new generation numbers.
+// table — an Apache Iceberg table at <data>/<table>/base/ (Parquet files
+// under data/, Iceberg metadata under metadata/, readers' manifests under
+// _manifest/) whose catalog of record is etcd (package catalog) — so that
+// every acknowledged row is in the base exactly once, through writer
+// restarts that replay already-published WAL tails into new generation
+// numbers.
 //
 // # Roles and keys
 //
@@ -10,7 +12,9 @@
 // binds the key to the coordinator's own lease; a second coordinator
 // watches the key for its DELETE. The lock's ModRevision guards every
 // write the coordinator makes to base/state (shardmeta.BaseState: version,
-// files, and per shard {watermark, observed_epoch, cutoff}). The
+// and per shard {watermark, observed_epoch, cutoff}) and to the Iceberg
+// table's record, which changes only in the transactions that write
+// base/state. The
 // coordinator reads shard manifests and never writes them: the shard owner
 // drains generations at or below the watermark on its next commit, and only
 // then deletes their files.
@@ -39,9 +43,12 @@
 //	        shard and position range in the state; stop at a whole
 //	        generation once MemoryBudget is used
 //	Commit  check every staged generation is still in its shard manifest
-//	        as planned (else ErrBaseMoved: replan);
-//	        one Txn If ModRev(lock)=L ∧ ModRev(state)=R' Then put state
-//	        with version+1, the new files and the raised watermarks; a part
+//	        as planned (else ErrBaseMoved: replan); write the Iceberg
+//	        metadata (append snapshot of the new files, summary with the
+//	        generations and epochs, expiry; attempt-unique names);
+//	        one Txn If ModRev(lock)=L ∧ ModRev(state)=R' ∧ ModRev(table
+//	        record)=T Then put state with version+1 and the raised
+//	        watermarks, put the record naming the new metadata; a part
 //	        at or below the watermark is a no-op, a part straddling it is
 //	        ErrStalePrefix; a lost response is resolved by reading back
 //	        (exact bytes → committed; unchanged → ErrNotApplied; read fails
@@ -50,8 +57,10 @@
 //	        dir, row counts); RunOnce repairs a missing one first
 //
 // A revoked lease deletes the lock, so the guard fails (ErrLockLost) and
-// nothing lands; a successor's New removes the files the committed state
-// does not name. RunOnce loops Plan/Stage/Commit until nothing is left.
+// nothing lands; a successor's New removes the files no live snapshot
+// names (RemoveOrphans). RunOnce loops Plan/Stage/Commit until nothing is
+// left, then compacts small files (Compact) and, every SweepEvery commits,
+// removes orphans. The Iceberg side is docs/format/iceberg.md.
 //
 // # The ID check, bounded by the replayed tail
 //

@@ -42,15 +42,11 @@ const (
 	docOwner    = 3127
 	docOwnerCLI = 203
 
-	// Base state: fixed part with one shard's merge state, per file
-	// (shard "default" and a 128-byte shard name), and the most files it
-	// holds below etcdMaxRequestBytes (the doc: it passes at one more).
-	// Files are not bounded.
-	docBaseFixed            = 167
-	docBaseFileDefault      = 246
-	docBaseFileLongShard    = 488
-	docBaseFilesToLimit     = 6393
-	docBaseFilesToLimitLong = 3222
+	// Base state: with one shard's merge state; per further shard of a
+	// 128-byte name; the shard count that stays below the request limit.
+	docBaseFixed         = 156
+	docBaseShardLong     = 234
+	docBaseShardsToLimit = 6000
 )
 
 // big is a 20-digit number: every uint64 counter at its widest.
@@ -142,7 +138,7 @@ func TestEtcdValueBounds(t *testing.T) {
 	t.Run("manifest-entries", testManifestEntries)
 	t.Run("manifest", testManifestBounds)
 	t.Run("owner", testOwnerBound)
-	t.Run("base-state-unbounded", testBaseStateUnbounded)
+	t.Run("base-state", testBaseStateBounded)
 }
 
 // testEngineLimits checks that the limits the bounds rest on are the
@@ -299,20 +295,16 @@ func testOwnerBound(t *testing.T) {
 	}
 }
 
-func baseState(t testing.TB, shard string, files int) int {
+// baseState encodes the base state of shards (every counter at its
+// widest): the state holds no files since the base is an Iceberg table.
+func baseState(t testing.TB, shards []string) int {
 	t.Helper()
 	b := shardmeta.NewBaseState()
 	b.Version = math.MaxUint64
-	crc := uint32(math.MaxUint32)
-	for i := range files {
-		g := big + uint64(i)
-		b.Files = append(b.Files, shardmeta.BaseFile{
-			Path: "data/" + shard + "/" + generation.Name(g, big, "9f3ac01b"), Rows: math.MaxInt64, Bytes: math.MaxInt64,
-			Shard: shard, SeqFirst: big + 2*uint64(i), SeqLast: big + 2*uint64(i) + 1, IndexCRC: &crc,
-		})
+	for _, shard := range shards {
+		epoch, cutoff := uint64(math.MaxUint64), uint64(math.MaxUint64)
+		b.Shards[shard] = shardmeta.ShardMergeState{Watermark: math.MaxUint64, ObservedEpoch: &epoch, Cutoff: &cutoff}
 	}
-	epoch, cutoff := uint64(math.MaxUint64), uint64(math.MaxUint64)
-	b.Shards[shard] = shardmeta.ShardMergeState{Watermark: math.MaxUint64, ObservedEpoch: &epoch, Cutoff: &cutoff}
 	data, err := b.Encode()
 	if err != nil {
 		t.Fatal(err)
@@ -320,28 +312,22 @@ func baseState(t testing.TB, shard string, files int) int {
 	return len(data)
 }
 
-// testBaseStateUnbounded checks the file counts at which base/state, one
-// file entry per merged generation and never shrinking, passes the limit.
-func testBaseStateUnbounded(t *testing.T) {
-	long := strings.Repeat("s", shardmeta.MaxNameLen)
-	fixed := baseState(t, "default", 0)
-	perFile := baseState(t, "default", 2) - baseState(t, "default", 1)
-	perLong := baseState(t, long, 2) - baseState(t, long, 1)
-	t.Logf("base state: fixed %d, file %d (128-byte shard name: %d)", fixed, perFile, perLong)
-	if fixed > docBaseFixed || perFile > docBaseFileDefault || perLong > docBaseFileLongShard {
-		t.Errorf("base state: fixed %d, file %d, long-shard file %d bytes; docs/format/etcd.md states %d, %d, %d",
-			fixed, perFile, perLong, docBaseFixed, docBaseFileDefault, docBaseFileLongShard)
+// testBaseStateBounded checks the base state's size: fixed with one shard,
+// then per further shard (128-byte names), and the shard count that fits.
+func testBaseStateBounded(t *testing.T) {
+	long := func(i int) string { return fmt.Sprintf("%0*d", shardmeta.MaxNameLen, i) }
+	fixed := baseState(t, []string{"default"})
+	perShard := baseState(t, []string{long(0), long(1)}) - baseState(t, []string{long(0)})
+	t.Logf("base state: %d bytes with one shard, %d per further 128-byte shard", fixed, perShard)
+	if fixed > docBaseFixed || perShard > docBaseShardLong {
+		t.Errorf("base state: %d bytes fixed, %d per shard; docs/format/etcd.md states %d and %d", fixed, perShard, docBaseFixed, docBaseShardLong)
 	}
-	for _, c := range []struct {
-		shard string
-		n     int
-	}{{"default", docBaseFilesToLimit}, {long, docBaseFilesToLimitLong}} {
-		if got := baseState(t, c.shard, c.n); got >= etcdMaxRequestBytes {
-			t.Errorf("base state of %d files (shard of %d bytes) is %d bytes, already past %d", c.n, len(c.shard), got, int(etcdMaxRequestBytes))
-		}
-		if got := baseState(t, c.shard, c.n+1); got < etcdMaxRequestBytes {
-			t.Errorf("base state of %d files (shard of %d bytes) is %d bytes, still below %d: update docs/format/etcd.md", c.n+1, len(c.shard), got, int(etcdMaxRequestBytes))
-		}
+	shards := make([]string, docBaseShardsToLimit)
+	for i := range shards {
+		shards[i] = long(i)
+	}
+	if got := baseState(t, shards); got >= etcdMaxRequestBytes {
+		t.Errorf("base state of %d shards of 128 bytes is %d bytes, past %d", len(shards), got, int(etcdMaxRequestBytes))
 	}
 }
 

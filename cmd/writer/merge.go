@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
+	"github.com/rollwal/rollwal/catalog"
 	"github.com/rollwal/rollwal/generation"
 	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/publish"
@@ -23,8 +25,52 @@ import (
 
 type mergeOptions struct {
 	storeOptions
-	every  time.Duration
-	output string
+	every       time.Duration
+	output      string
+	maintenance maintenanceOptions
+}
+
+// maintenanceOptions are the base table's upkeep, done by every merge.
+type maintenanceOptions struct {
+	keepSnapshots    int
+	keepSnapshotsFor time.Duration
+	compactTarget    int64
+	compactMinFiles  int
+	noCompact        bool
+	orphanGrace      time.Duration
+}
+
+func addMaintenanceFlags(f *pflag.FlagSet, m *maintenanceOptions) {
+	d := publish.DefaultSnapshotRetention
+	f.IntVar(&m.keepSnapshots, "keep-snapshots", d.MaxSnapshots, "Iceberg snapshots kept for time travel, at most (older ones expire at each commit)")
+	f.DurationVar(&m.keepSnapshotsFor, "keep-snapshots-for", d.MaxAge, "expire Iceberg snapshots older than this")
+	f.Int64Var(&m.compactTarget, "compact-target-bytes", publish.DefaultCompactionTarget, "size compacted base files grow to; files below half of it are small")
+	f.IntVar(&m.compactMinFiles, "compact-min-files", publish.DefaultCompactionMinFiles, "compact a shard's small base files once it has this many")
+	f.BoolVar(&m.noCompact, "no-compact", false, "do not compact small base files after merging")
+	f.DurationVar(&m.orphanGrace, "orphan-grace", publish.DefaultOrphanGrace, "delete unreferenced files under the base only once they are this old")
+}
+
+func (m maintenanceOptions) validate() error {
+	switch {
+	case m.keepSnapshots < 1:
+		return fmt.Errorf("--keep-snapshots %d: want at least 1", m.keepSnapshots)
+	case m.keepSnapshotsFor <= 0:
+		return fmt.Errorf("--keep-snapshots-for %v: want a positive duration", m.keepSnapshotsFor)
+	case m.compactTarget < 1<<20:
+		return fmt.Errorf("--compact-target-bytes %d: want at least 1 MiB", m.compactTarget)
+	case m.compactMinFiles < 2:
+		return fmt.Errorf("--compact-min-files %d: want at least 2", m.compactMinFiles)
+	case m.orphanGrace < time.Minute:
+		return fmt.Errorf("--orphan-grace %v: want at least 1m (a commit whose answer was lost may still apply within its request timeout)", m.orphanGrace)
+	}
+	return nil
+}
+
+// apply sets the maintenance options of a coordinator.
+func (m maintenanceOptions) apply(o *publish.Options) {
+	o.SnapshotRetention = catalog.Retention{MaxSnapshots: m.keepSnapshots, MaxAge: m.keepSnapshotsFor}
+	o.Compaction = publish.Compaction{TargetBytes: m.compactTarget, MinFiles: m.compactMinFiles, Disabled: m.noCompact}
+	o.OrphanGrace = m.orphanGrace
 }
 
 func newMerge() *cobra.Command {
@@ -47,6 +93,7 @@ func newMerge() *cobra.Command {
 	f.DurationVar(&o.every, "every", 0, "merge again at this interval until interrupted (0: one pass); a failed pass is logged and tried again, "+
 		"through the etcd of the running serve only (it never starts the embedded etcd), and only damage ends it")
 	f.StringVarP(&o.output, "output", "o", "table", "output: table or json")
+	addMaintenanceFlags(f, &o.maintenance)
 	return cmd
 }
 
@@ -56,6 +103,7 @@ type mergeReport struct {
 	RowsRead    int64                  `json:"rows_read"`
 	RowsStaged  int64                  `json:"rows_staged"`
 	Dropped     int64                  `json:"rows_dropped"`
+	Compacted   int                    `json:"files_compacted"`
 	Base        publish.ReaderManifest `json:"base"`
 }
 
@@ -65,6 +113,9 @@ func (o *mergeOptions) run(ctx context.Context, out io.Writer) error {
 	}
 	if o.every < 0 {
 		return fmt.Errorf("--every %v: must not be negative", o.every)
+	}
+	if err := o.maintenance.validate(); err != nil {
+		return err
 	}
 	log := newLogger(slog.LevelWarn)
 	if o.every > 0 {
@@ -156,8 +207,10 @@ func (o *mergeOptions) open(ctx context.Context, use dirUse, log *slog.Logger) (
 	if err != nil {
 		return nil, err
 	}
-	c, err := publish.New(ctx, publish.Options{Etcd: meta.client, Table: o.table, DataDir: o.dataDir,
-		FS: vfs.Default, RequestTimeout: meta.requestTimeout, Logger: log})
+	po := publish.Options{Etcd: meta.client, Table: o.table, DataDir: o.dataDir,
+		FS: vfs.Default, RequestTimeout: meta.requestTimeout, Logger: log}
+	o.maintenance.apply(&po)
+	c, err := publish.New(ctx, po)
 	if err != nil {
 		return nil, errors.Join(err, meta.Close())
 	}
@@ -178,7 +231,7 @@ func (o *mergeOptions) pass(ctx context.Context, c *publish.Coordinator, out io.
 	if err != nil {
 		return err
 	}
-	rep := mergeReport{Generations: res.Generations, RowsRead: res.RowsRead, RowsStaged: res.RowsStaged, Dropped: res.Dropped}
+	rep := mergeReport{Generations: res.Generations, RowsRead: res.RowsRead, RowsStaged: res.RowsStaged, Dropped: res.Dropped, Compacted: res.Compacted}
 	if m, ok, err := publish.LatestReaderManifest(vfs.Default, c.BaseDir()); err != nil {
 		return err
 	} else if ok {
@@ -187,7 +240,7 @@ func (o *mergeOptions) pass(ctx context.Context, c *publish.Coordinator, out io.
 	if o.output == "json" {
 		return json.NewEncoder(out).Encode(rep)
 	}
-	_, err = fmt.Fprintf(out, "merged %d generations (%d rows read, %d staged, %d dropped as already published); base version %d: %d rows in %d files under %s\n",
-		res.Generations, res.RowsRead, res.RowsStaged, res.Dropped, rep.Base.Version, rep.Base.Rows, len(rep.Base.Files), filepath.Join(o.dataDir, o.table, "base"))
+	_, err = fmt.Fprintf(out, "merged %d generations (%d rows read, %d staged, %d dropped as already published, %d small files compacted); base version %d: %d rows in %d files under %s\n",
+		res.Generations, res.RowsRead, res.RowsStaged, res.Dropped, res.Compacted, rep.Base.Version, rep.Base.Rows, len(rep.Base.Files), filepath.Join(o.dataDir, o.table, "base"))
 	return err
 }
