@@ -88,7 +88,7 @@ func New(opts Options) (*Etcd, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	return &Etcd{opts: opts, cli: opts.Client, keys: keys{prefix: opts.Prefix}, io: fileIO{fs: opts.FS}, log: opts.Logger}, nil
+	return &Etcd{opts: opts, cli: opts.Client, keys: keys{prefix: opts.Prefix}, io: newFileIO(opts.FS), log: opts.Logger}, nil
 }
 
 // CatalogType reports "etcd".

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	icebergio "github.com/apache/iceberg-go/io"
 
@@ -18,10 +19,63 @@ import (
 // fileIO is iceberg-go's file interface over a vfs.FS, so that every
 // metadata file iceberg-go writes (manifests, manifest lists) and every
 // metadata JSON this package writes is placed durably: a temporary name,
-// fsync, rename, fsync of the directory. A crash leaves either the whole
+// fsync, rename, and an fsync of the directory before any record names it. A crash leaves either the whole
 // file under its name or only a temporary file (see isTemp). Locations are
 // absolute local paths, optionally as file:// URIs.
-type fileIO struct{ fs vfs.FS }
+type fileIO struct {
+	fs vfs.FS
+	// dirty holds the directories whose renames are not synced yet: one
+	// commit writes its manifests, manifest list and metadata file into
+	// one directory, which is synced once, before the commit's
+	// transaction (syncDirty), instead of after every file.
+	dirty *dirtyDirs
+}
+
+type dirtyDirs struct {
+	mu    sync.Mutex
+	dirs  map[string]bool
+	files []vfs.File // placed, not synced yet
+}
+
+func newFileIO(fs vfs.FS) fileIO { return fileIO{fs: fs, dirty: &dirtyDirs{dirs: map[string]bool{}}} }
+
+func (d *dirtyDirs) add(dir string, f vfs.File) {
+	d.mu.Lock()
+	d.dirs[dir] = true
+	d.files = append(d.files, f)
+	d.mu.Unlock()
+}
+
+// syncDirty makes every placed file durable: the files are synced at once
+// (the disk commits them together), then their directories. Until it
+// returns no etcd record may name them; a crash before leaves files no
+// record names, which orphan removal deletes unread.
+func (f fileIO) syncDirty() error {
+	f.dirty.mu.Lock()
+	defer f.dirty.mu.Unlock()
+	files := f.dirty.files
+	f.dirty.files = nil
+	errs := make([]error, len(files))
+	var wg sync.WaitGroup
+	for i, file := range files {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = errors.Join(file.Sync(), file.Close())
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("catalog: sync metadata files: %w", err)
+	}
+	for dir := range f.dirty.dirs {
+		if err := vfs.SyncDir(f.fs, dir); err != nil {
+			return fmt.Errorf("catalog: sync %s: %w", dir, err)
+		}
+		delete(f.dirty.dirs, dir)
+	}
+	return nil
+}
 
 var _ icebergio.WriteFileIO = fileIO{}
 var _ icebergio.ReadFileIO = fileIO{}
@@ -103,7 +157,7 @@ func (f fileIO) Create(name string) (icebergio.FileWriter, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &writeFile{fs: f.fs, file: file, tmp: tmp, path: p}, nil
+	return &writeFile{fs: f.fs, file: file, tmp: tmp, path: p, dirty: f.dirty}, nil
 }
 
 type readFile struct {
@@ -120,6 +174,7 @@ type writeFile struct {
 	file      vfs.File
 	tmp, path string
 	closed    bool
+	dirty     *dirtyDirs
 }
 
 func (w *writeFile) Write(p []byte) (int, error) { return w.file.Write(p) }
@@ -128,22 +183,18 @@ func (w *writeFile) ReadFrom(r io.Reader) (int64, error) {
 	return io.Copy(struct{ io.Writer }{w.file}, r)
 }
 
-// Close syncs the file, renames it into place and syncs its directory.
+// Close renames the file into place (readable at once); syncDirty makes
+// it and its directory durable.
 func (w *writeFile) Close() error {
 	if w.closed {
 		return nil
 	}
 	w.closed = true
-	if err := w.file.Sync(); err != nil {
-		return errors.Join(fmt.Errorf("catalog: sync %s: %w", w.path, err), w.file.Close(), w.fs.Remove(w.tmp))
-	}
-	if err := w.file.Close(); err != nil {
-		return errors.Join(err, w.fs.Remove(w.tmp))
-	}
 	if err := w.fs.Rename(w.tmp, w.path); err != nil {
-		return errors.Join(err, w.fs.Remove(w.tmp))
+		return errors.Join(err, w.file.Close(), w.fs.Remove(w.tmp))
 	}
-	return vfs.SyncDir(w.fs, filepath.Dir(w.path))
+	w.dirty.add(filepath.Dir(w.path), w.file)
+	return nil
 }
 
 func (w *writeFile) abort() error {

@@ -53,6 +53,11 @@ func (c *Etcd) writeMetadata(meta table.Metadata, loc string) error {
 	if err := c.io.WriteFile(loc, data); err != nil {
 		return fmt.Errorf("catalog: write metadata %s: %w", loc, err)
 	}
+	// The metadata file is the last file of a create or a commit: after
+	// this, every file it reaches is durable.
+	if err := c.io.syncDirty(); err != nil {
+		return err
+	}
 	c.cacheMu.Lock()
 	c.remember(loc, meta)
 	c.cacheMu.Unlock()

@@ -160,9 +160,9 @@ func (t *baseTable) snapshotFiles(ctx context.Context, tbl *table.Table, snap *t
 	if err != nil {
 		return nil, err
 	}
-	mfs, err := snap.Manifests(fio)
+	mfs, err := t.manifestList(fio, *snap)
 	if err != nil {
-		return nil, fmt.Errorf("publish: snapshot %d: manifest list: %w", snap.SnapshotID, err)
+		return nil, err
 	}
 	var out []shardmeta.BaseFile
 	live := make(map[string]bool, len(mfs))

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/rollwal/rollwal/catalog"
+	"github.com/rollwal/rollwal/catalog/rest"
 	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/generation"
 	"github.com/rollwal/rollwal/internal/etcdembed/etcdtest"
@@ -273,6 +275,17 @@ func (e *env) baseTable() *table.Table {
 	return tbl
 }
 
+// restCatalog serves the base's catalog read-only over the Iceberg REST
+// protocol (what writer serve's iceberg.rest_listen serves).
+func (e *env) restCatalog() *httptest.Server {
+	e.t.Helper()
+	cat, err := catalog.New(catalog.Options{Client: etcdClient, Prefix: catalog.BasePrefix("rollwal", e.table), FS: e.fs.FS})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return httptest.NewServer(rest.NewHandler(cat, rest.Options{}))
+}
+
 // baseFiles lists the data files of the base table's current snapshot,
 // as iceberg-go plans a scan of it (paths relative to the base directory).
 func (e *env) baseFiles() []shardmeta.BaseFile {
@@ -328,8 +341,9 @@ func (e *env) baseIDs() (map[string]int, int64) {
 // checkBase is the global invariant: base rows == distinct ids, every id
 // once; iceberg-go's scan of the table returns the same rows; the current
 // snapshot is the state's version; the latest readers' manifest names
-// exactly the committed files; pyarrow, pyiceberg and DuckDB's
-// iceberg_scan (when ROLLWAL_PYTHON is set) read the same.
+// exactly the committed files; pyarrow, pyiceberg (from the metadata file
+// and through the REST catalog) and DuckDB's iceberg_scan (when
+// ROLLWAL_PYTHON is set) read the same.
 func (e *env) checkBase() {
 	t := e.t
 	if t.Failed() {
@@ -390,9 +404,15 @@ con.execute("SET enable_progress_bar = false")
 con.execute("LOAD iceberg")
 duck = [r[0] for r in con.execute("SELECT id FROM iceberg_scan(?)", [m["iceberg_metadata"]]).fetchall()]
 assert sorted(duck) == sorted(ids), ("DuckDB iceberg_scan and the readers' manifest disagree", len(duck), len(ids))
+from pyiceberg.catalog import load_catalog
+rest = load_catalog("rollwal", **{"type": "rest", "uri": sys.argv[2]}).load_table(("rollwal", sys.argv[3]))
+via = rest.scan(selected_fields=("id",)).to_arrow().column("id").to_pylist()
+assert sorted(via) == sorted(ids), ("pyiceberg through the REST catalog and the readers' manifest disagree", len(via), len(ids))
 json.dump({"version": m["version"], "rows": len(ids), "distinct": len(set(ids))}, sys.stdout)
 `
-	cmd := exec.Command(py, "-c", script, e.baseDir())
+	srv := e.restCatalog()
+	defer srv.Close()
+	cmd := exec.Command(py, "-c", script, e.baseDir(), srv.URL, e.table)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

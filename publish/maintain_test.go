@@ -13,6 +13,7 @@ import (
 
 	"github.com/rollwal/rollwal/catalog"
 	"github.com/rollwal/rollwal/engine"
+	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/schema"
 )
 
@@ -315,5 +316,89 @@ func TestExpiryKeepsTimeTravelAndSweepsTheRest(t *testing.T) {
 		t.Fatal("the sweep broke time travel to a kept snapshot")
 	}
 	e.runOnce(c) // the crashed pass's rows, again
+	e.wantAllIDs()
+}
+
+// removesFail fails every Remove after the first n.
+type removesFail struct {
+	vfs.FS
+	n int
+}
+
+func (f *removesFail) Remove(name string) error {
+	if f.n <= 0 {
+		return errors.New("injected: remove failed")
+	}
+	f.n--
+	return f.FS.Remove(name)
+}
+
+// TestOrphanRemovalCrashMidway: a sweep that stops after one deletion (a
+// crash, a failing disk) leaves the table whole; the next sweep deletes
+// the rest, and nothing live.
+func TestOrphanRemovalCrashMidway(t *testing.T) {
+	e := newEnv(t)
+	c := e.coordinator(func(o *Options) {
+		o.SnapshotRetention = catalog.Retention{MaxSnapshots: 2}
+		o.Compaction.Disabled = true
+	})
+	e.sixMerges(c)
+	before := e.rowsByID()
+	inner := e.fs.FS
+	e.fs.FS = &removesFail{FS: inner, n: 1}
+	if _, err := c.RemoveOrphans(e.ctx); err == nil {
+		t.Fatal("a sweep whose removes fail succeeded")
+	}
+	e.fs.FS = inner
+	if after := e.rowsByID(); !maps.Equal(before, after) {
+		t.Fatal("an interrupted sweep changed the rows")
+	}
+	o, err := c.RemoveOrphans(e.ctx)
+	if err != nil || o.MetadataFiles == 0 {
+		t.Fatalf("the next sweep: %+v %v, want the rest removed", o, err)
+	}
+	if o, err := c.RemoveOrphans(e.ctx); err != nil || o != (Orphans{}) {
+		t.Fatalf("a third sweep: %+v %v, want nothing left", o, err)
+	}
+	e.wantAllIDs()
+}
+
+// TestExpiryCrashLeavesOneSide: a crash (strict filesystem) after a commit
+// that expires snapshots wrote its metadata leaves every snapshot of the
+// old side; the successor's retry expires them and publishes once.
+func TestExpiryCrashLeavesOneSide(t *testing.T) {
+	e := newMemEnv(t)
+	retain := func(o *Options) {
+		o.SnapshotRetention = catalog.Retention{MaxSnapshots: 2}
+		o.Compaction.Disabled = true
+	}
+	c := e.coordinator(func(o *Options) { retain(o); o.SnapshotRetention.MaxSnapshots = 10 })
+	e.sixMerges(c)
+	c.Close()
+	c = e.coordinator(retain)
+	h := e.host(false)
+	s := e.open(h, "s0")
+	e.appendRows(s, "x", 0, 4)
+	e.flush(s)
+	if err := h.Close(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, staged := e.planStage(c)
+	c.testHookAfterPrepare = func() error { return errors.New("crash") }
+	if err := c.Commit(e.ctx, staged); err == nil {
+		t.Fatal("armed commit succeeded")
+	}
+	c.Close()
+	e.crash()
+	if n := len(e.baseTable().Metadata().Snapshots()); n != 6 {
+		t.Fatalf("%d snapshots after the crash, want the old side's 6", n)
+	}
+	r := e.runOnce(e.coordinator(retain))
+	if r.RowsStaged != 4 {
+		t.Fatalf("retry staged %d rows, want 4", r.RowsStaged)
+	}
+	if n := len(e.baseTable().Metadata().Snapshots()); n != 2 {
+		t.Fatalf("%d snapshots after the retry, want 2", n)
+	}
 	e.wantAllIDs()
 }
