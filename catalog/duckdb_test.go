@@ -3,8 +3,7 @@ package catalog
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
-	"os"
+	"github.com/rollwal/rollwal/internal/pyenv"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -47,26 +46,10 @@ json.dump({"rows": [[i, p, str(s), str(e)] for i, p, s, e in rows], "count": cou
 // the test skips, loudly.
 func duckdbPython(t *testing.T) string {
 	t.Helper()
-	const fix = "ROLLWAL_PYTHON=$(bash scripts/pyenv | tail -n1) go test ./catalog -run DuckDB"
-	skip := func(why string) {
-		t.Helper()
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s; in CI the test command must provide it: %s", why, fix)
-		}
-		msg := "\n*** SKIPPED TestDuckDBReadsTable: DuckDB iceberg_scan interoperability is NOT checked. ***\n" +
-			"*** " + why + "\n" +
-			"***   " + fix + "\n"
-		fmt.Fprint(os.Stderr, msg) // shown without -v too
-		t.Skip(msg)
-	}
-	py := os.Getenv("ROLLWAL_PYTHON")
-	if py == "" {
-		skip("ROLLWAL_PYTHON is not set")
-		return ""
-	}
+	py := pyenv.Python(t, "DuckDB iceberg_scan interoperability")
 	cmd := exec.Command(py, "-c", duckLoad)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		skip(fmt.Sprintf("%s cannot LOAD DuckDB's iceberg extension offline (%v):\n%s", py, err, out))
+		t.Fatalf("%s cannot LOAD DuckDB's iceberg extension offline (%v): run bash scripts/pyenv\n%s", py, err, out)
 	}
 	return py
 }

@@ -3,30 +3,14 @@ package catalog
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
-	"os"
+	"github.com/rollwal/rollwal/internal/pyenv"
 	"os/exec"
 	"slices"
 	"testing"
 )
 
 // rollwalPython returns the interpreter that has pyiceberg (scripts/pyenv).
-func rollwalPython(t *testing.T) string {
-	t.Helper()
-	py := os.Getenv("ROLLWAL_PYTHON")
-	switch {
-	case py != "":
-		return py
-	case os.Getenv("CI") != "":
-		t.Fatal("ROLLWAL_PYTHON must be set by the test command in CI: " +
-			"ROLLWAL_PYTHON=$(bash scripts/pyenv | tail -n1) go test ./catalog")
-	}
-	msg := "\n*** SKIPPED TestPyicebergReadsTable: pyiceberg interoperability is NOT checked. ***\n" +
-		"***   ROLLWAL_PYTHON=$(bash scripts/pyenv | tail -n1) go test ./catalog          ***\n"
-	fmt.Fprint(os.Stderr, msg) // shown without -v too
-	t.Skip(msg)
-	return ""
-}
+func rollwalPython(t *testing.T) string { return pyenv.Python(t, "pyiceberg interoperability") }
 
 // pyRead reads the table at a metadata file with pyiceberg, offline, the
 // current snapshot and the first one (time travel).

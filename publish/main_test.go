@@ -27,6 +27,7 @@ import (
 	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/generation"
 	"github.com/rollwal/rollwal/internal/etcdembed/etcdtest"
+	"github.com/rollwal/rollwal/internal/pyenv"
 	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
@@ -374,12 +375,11 @@ func (e *env) checkBase() {
 	if tbl := e.baseTable(); m.IcebergMetadata != tbl.MetadataLocation() {
 		t.Fatalf("readers' manifest v%d names metadata %s, the catalog %s", m.Version, m.IcebergMetadata, tbl.MetadataLocation())
 	}
-	py := os.Getenv("ROLLWAL_PYTHON")
 	if e.mem != nil {
 		return // the base is in this process's memory only
 	}
+	py := pyenv.Optional(t, "the base read back by pyarrow, pyiceberg and DuckDB")
 	if py == "" {
-		t.Log("ROLLWAL_PYTHON not set: pyarrow read-back of the base skipped")
 		return
 	}
 	const script = `

@@ -3,32 +3,14 @@ package rest
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
-	"os"
+	"github.com/rollwal/rollwal/internal/pyenv"
 	"os/exec"
 	"slices"
 	"testing"
 )
 
-// rollwalPython returns the interpreter that has pyiceberg (scripts/pyenv),
-// by the rule of catalog's: in CI (CI set) a missing ROLLWAL_PYTHON fails,
-// elsewhere it skips, loudly.
-func rollwalPython(t *testing.T) string {
-	t.Helper()
-	py := os.Getenv("ROLLWAL_PYTHON")
-	switch {
-	case py != "":
-		return py
-	case os.Getenv("CI") != "":
-		t.Fatal("ROLLWAL_PYTHON must be set by the test command in CI: " +
-			"ROLLWAL_PYTHON=$(bash scripts/pyenv | tail -n1) go test ./catalog/rest")
-	}
-	msg := "\n*** SKIPPED " + t.Name() + ": pyiceberg's REST client is NOT checked. ***\n" +
-		"***   ROLLWAL_PYTHON=$(bash scripts/pyenv | tail -n1) go test ./catalog/rest   ***\n"
-	fmt.Fprint(os.Stderr, msg) // shown without -v too
-	t.Skip(msg)
-	return ""
-}
+// rollwalPython returns the interpreter that has pyiceberg (scripts/pyenv).
+func rollwalPython(t *testing.T) string { return pyenv.Python(t, "pyiceberg's REST client") }
 
 // pyREST loads the table through pyiceberg's REST catalog, with the bearer
 // token, scans it, and tries a write (refused by the client itself: the
