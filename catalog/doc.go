@@ -39,9 +39,12 @@
 //
 // # Files
 //
-// Every file goes through a vfs.FS (fileIO): temp name, fsync, rename,
-// fsync of the directory, so a record in etcd never names a file a crash
-// can lose. Locations are absolute local paths for now.
+// Every file goes through a vfs.FS (fileIO): written under a temporary
+// name and renamed into place; the files of one create or commit are then
+// synced together, and their directory once, when its metadata file is
+// written — before any transaction can name them — so a record in etcd
+// never names a file a crash can lose (a crash before leaves files no
+// record names). Locations are absolute local paths for now.
 //
 // # Base tables
 //
