@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,6 +31,15 @@ type Options struct {
 	// HTTPClient sends the requests; default a client with a 60 s timeout
 	// whose transport keeps enough idle connections for concurrent appends.
 	HTTPClient *http.Client
+	// TLSConfig, when set, is the TLS configuration of the default
+	// HTTPClient's transport, for an https:// writer: RootCAs for a
+	// writer whose certificate the system roots do not sign, Certificates
+	// (or GetClientCertificate) for one that requires client certificates
+	// (http.tls.client_ca_file). The Client uses a clone. Nil (the
+	// default) verifies the writer against the system roots and presents
+	// no certificate. It cannot be combined with HTTPClient (configure that
+	// client's transport instead) nor with an http:// base URL.
+	TLSConfig *tls.Config
 	// MaxRetries bounds the retries after a request's first attempt;
 	// 0 means DefaultMaxRetries, negative means none.
 	MaxRetries int
@@ -98,6 +108,12 @@ func New(baseURL string, opts Options) (*Client, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("rollwal client: base URL %q: want http(s)://host[:port]", baseURL)
 	}
+	if opts.TLSConfig != nil && opts.HTTPClient != nil {
+		return nil, errors.New("rollwal client: TLSConfig and HTTPClient are both set: set the TLS configuration on HTTPClient's transport")
+	}
+	if opts.TLSConfig != nil && u.Scheme != "https" {
+		return nil, fmt.Errorf("rollwal client: TLSConfig is set but base URL %q is not https://", baseURL)
+	}
 	if opts.MaxBackoff > 0 && opts.MinBackoff > opts.MaxBackoff {
 		return nil, fmt.Errorf("rollwal client: MinBackoff %v is above MaxBackoff %v", opts.MinBackoff, opts.MaxBackoff)
 	}
@@ -124,6 +140,9 @@ func (o *Options) defaults() {
 		// The default keeps 2 idle connections per host: concurrent
 		// producers would open and close a connection per request.
 		t.MaxIdleConnsPerHost = 64
+		if o.TLSConfig != nil {
+			t.TLSClientConfig = o.TLSConfig.Clone()
+		}
 		o.HTTPClient = &http.Client{Transport: t, Timeout: 60 * time.Second}
 	}
 	switch {

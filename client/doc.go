@@ -20,6 +20,21 @@
 // rows' generation commits, the writer persists the highest offset per
 // source, the resume point of a restarted producer.
 //
+// # TLS
+//
+// For a writer serving https (http.tls.cert_file), use an https:// base
+// URL; Options.TLSConfig sets the CAs that sign the writer's certificate
+// and, for a writer that requires client certificates
+// (http.tls.client_ca_file), the producer's own:
+//
+//	cert, err := tls.LoadX509KeyPair("producer.pem", "producer.key")
+//	c, err := client.New("https://writer:8080", client.Options{
+//		TLSConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}},
+//	})
+//
+// A handshake that fails is a transport error: retried, then matching
+// ErrOutcomeUnknown.
+//
 // # Batching
 //
 // The writer pays one fsync per request, so one row per request wastes it:

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,9 +22,10 @@ type adminServer struct {
 	done chan error
 }
 
-// startAdmin serves /debug/pprof/ at addr; an empty addr serves nothing and
-// returns a nil server, whose methods do nothing.
-func startAdmin(addr string, log *slog.Logger) (*adminServer, error) {
+// startAdmin serves /debug/pprof/ at addr, over TLS with tlsCfg (http.tls,
+// client certificates included); an empty addr serves nothing and returns
+// a nil server, whose methods do nothing.
+func startAdmin(addr string, tlsCfg *tls.Config, log *slog.Logger) (*adminServer, error) {
 	if addr == "" {
 		return nil, nil
 	}
@@ -43,8 +45,11 @@ func startAdmin(addr string, log *slog.Logger) (*adminServer, error) {
 		addr: ln.Addr().String(),
 		done: make(chan error, 1),
 	}
+	if tlsCfg != nil {
+		ln = tls.NewListener(ln, tlsCfg)
+	}
 	go func() { a.done <- a.srv.Serve(ln) }()
-	log.Info("admin listening", "addr", a.addr, "paths", "/debug/pprof/")
+	log.Info("admin listening", "addr", a.addr, "paths", "/debug/pprof/", "scheme", scheme(tlsCfg))
 	return a, nil
 }
 

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"regexp"
@@ -40,6 +43,30 @@ type HTTPConfig struct {
 	// accepted, for rotation); read at start.
 	IngestTokenFile string `yaml:"ingest_token_file"`
 	AdminTokenFile  string `yaml:"admin_token_file"`
+	// TLS, when its cert_file is set, serves the ingest, admin and Iceberg
+	// REST listeners over TLS; the probe listener stays plain HTTP.
+	TLS HTTPTLSConfig `yaml:"tls"`
+}
+
+// HTTPTLSConfig is the http.tls: section: the server side of TLS on
+// serve's listeners. Its files are read once, at start: restart to pick up
+// a renewed certificate.
+type HTTPTLSConfig struct {
+	// CertFile and KeyFile are the PEM server certificate (chain, leaf
+	// first) and its key; both or neither. Set, the ingest listener, the
+	// admin listener and the Iceberg REST listener serve HTTPS (HTTP/1.1
+	// only). The probe listener never does: kubelet's httpGet probes
+	// do not verify a certificate, and probes need nothing a TLS listener
+	// would protect.
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// ClientCAFile, a PEM bundle of CA certificates, makes every TLS
+	// listener require a client certificate that one of them signed
+	// (tls.RequireAndVerifyClientCert): mutual TLS. It needs CertFile.
+	ClientCAFile string `yaml:"client_ca_file"`
+	// MinVersion is the oldest TLS version accepted: "1.2" (default) or
+	// "1.3".
+	MinVersion string `yaml:"min_version"`
 }
 
 func defaultHTTP() HTTPConfig {
@@ -47,6 +74,7 @@ func defaultHTTP() HTTPConfig {
 		ReadHeaderTimeout: server.DefaultReadHeaderTimeout, BodyReadTimeout: server.DefaultBodyReadTimeout,
 		WriteTimeout: server.DefaultWriteTimeout, IdleTimeout: server.DefaultIdleTimeout,
 		MaxHeaderBytes: server.DefaultMaxHeaderBytes, MaxConns: server.DefaultMaxConns, InflightWait: server.DefaultInflightWait,
+		TLS: HTTPTLSConfig{MinVersion: "1.2"},
 	}
 }
 
@@ -58,6 +86,10 @@ var httpSettings = []setting{
 	{"http.probe_listen", "probe-listen", func(d, s *Config) { d.HTTP.ProbeListen = s.HTTP.ProbeListen }},
 	{"http.ingest_token_file", "ingest-token-file", func(d, s *Config) { d.HTTP.IngestTokenFile = s.HTTP.IngestTokenFile }},
 	{"http.admin_token_file", "admin-token-file", func(d, s *Config) { d.HTTP.AdminTokenFile = s.HTTP.AdminTokenFile }},
+	{"http.tls.cert_file", "tls-cert-file", func(d, s *Config) { d.HTTP.TLS.CertFile = s.HTTP.TLS.CertFile }},
+	{"http.tls.key_file", "tls-key-file", func(d, s *Config) { d.HTTP.TLS.KeyFile = s.HTTP.TLS.KeyFile }},
+	{"http.tls.client_ca_file", "tls-client-ca-file", func(d, s *Config) { d.HTTP.TLS.ClientCAFile = s.HTTP.TLS.ClientCAFile }},
+	{"http.tls.min_version", "tls-min-version", func(d, s *Config) { d.HTTP.TLS.MinVersion = s.HTTP.TLS.MinVersion }},
 }
 
 func addHTTPFlags(f *pflag.FlagSet, h *HTTPConfig) {
@@ -69,6 +101,10 @@ func addHTTPFlags(f *pflag.FlagSet, h *HTTPConfig) {
 	f.StringVar(&h.ProbeListen, "probe-listen", def.ProbeListen, "address serving only /livez, /readyz and /metrics (default: none, they are on --listen)")
 	f.StringVar(&h.IngestTokenFile, "ingest-token-file", def.IngestTokenFile, "file of bearer tokens that ingest and /v1/ reads need (default: none needed)")
 	f.StringVar(&h.AdminTokenFile, "admin-token-file", def.AdminTokenFile, "file of bearer tokens that flush needs (default: the ingest tokens)")
+	f.StringVar(&h.TLS.CertFile, "tls-cert-file", def.TLS.CertFile, "PEM server certificate: serve ingest, admin and Iceberg REST over HTTPS (default: plain HTTP; probes stay plain)")
+	f.StringVar(&h.TLS.KeyFile, "tls-key-file", def.TLS.KeyFile, "PEM key of --tls-cert-file")
+	f.StringVar(&h.TLS.ClientCAFile, "tls-client-ca-file", def.TLS.ClientCAFile, "PEM CA bundle: the TLS listeners require client certificates it signed (default: none asked)")
+	f.StringVar(&h.TLS.MinVersion, "tls-min-version", def.TLS.MinVersion, "oldest TLS version accepted: 1.2 or 1.3")
 }
 
 // validateHTTP checks the http: section as serve would use it.
@@ -87,7 +123,95 @@ func (c *Config) validateHTTP() error {
 			return badValue(f.key, f.path, "%v", err)
 		}
 	}
-	return nil
+	_, err := c.HTTP.TLS.build()
+	return err
+}
+
+// build loads the certificate, its key and the client CAs into the
+// tls.Config of serve's TLS listeners; nil when cert_file is not set. An
+// error names the key (and the file) at fault.
+func (t HTTPTLSConfig) build() (*tls.Config, error) {
+	var version uint16
+	switch t.MinVersion {
+	case "1.2":
+		version = tls.VersionTLS12
+	case "1.3":
+		version = tls.VersionTLS13
+	default:
+		return nil, badValue("http.tls.min_version", t.MinVersion, `want "1.2" or "1.3"`)
+	}
+	switch {
+	case t.CertFile != "" && t.KeyFile == "":
+		return nil, badValue("http.tls.cert_file", t.CertFile, "is set without http.tls.key_file: set both or neither")
+	case t.KeyFile != "" && t.CertFile == "":
+		return nil, badValue("http.tls.key_file", t.KeyFile, "is set without http.tls.cert_file: set both or neither")
+	case t.ClientCAFile != "" && t.CertFile == "":
+		return nil, badValue("http.tls.client_ca_file", t.ClientCAFile,
+			"needs http.tls.cert_file and http.tls.key_file: client certificates are asked for only over TLS")
+	case t.CertFile == "":
+		return nil, nil
+	}
+	certPEM, err := vfs.ReadFile(vfs.Default, t.CertFile)
+	if err != nil {
+		return nil, badValue("http.tls.cert_file", t.CertFile, "%v", err)
+	}
+	keyPEM, err := vfs.ReadFile(vfs.Default, t.KeyFile)
+	if err != nil {
+		return nil, badValue("http.tls.key_file", t.KeyFile, "%v", err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, badValue("http.tls.cert_file", t.CertFile, "with http.tls.key_file %q: %v", t.KeyFile, err)
+	}
+	if leaf := cert.Leaf; leaf != nil && time.Now().After(leaf.NotAfter) {
+		return nil, badValue("http.tls.cert_file", t.CertFile, "expired at %s", leaf.NotAfter.UTC().Format(time.RFC3339))
+	}
+	cfg := &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		MinVersion:   version,
+		// HTTP/1.1 only: the connection limits, deadlines and in-flight
+		// accounting are per connection, as on the plain listeners.
+		NextProtos: []string{"http/1.1"},
+	}
+	if t.ClientCAFile != "" {
+		pool, err := loadCertPool(t.ClientCAFile)
+		if err != nil {
+			return nil, badValue("http.tls.client_ca_file", t.ClientCAFile, "%v", err)
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}
+
+// loadCertPool reads a PEM bundle of certificates, every block of which
+// must be a certificate that parses: a truncated or mixed-up bundle is an
+// error at start, not every client's "unknown authority".
+func loadCertPool(path string) (*x509.CertPool, error) {
+	data, err := vfs.ReadFile(vfs.Default, path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	n := 0
+	for rest := data; ; {
+		var block *pem.Block
+		if block, rest = pem.Decode(rest); block == nil {
+			break
+		}
+		n++
+		if block.Type != "CERTIFICATE" {
+			return nil, fmt.Errorf("PEM block %d is a %s, not a CERTIFICATE", n, block.Type)
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("PEM block %d: %w", n, err)
+		}
+		pool.AddCert(c)
+	}
+	if n == 0 {
+		return nil, errors.New("holds no PEM certificate")
+	}
+	return pool, nil
 }
 
 func (h HTTPConfig) validateTimes() error {
@@ -234,4 +358,5 @@ func fitConns(want int, nofile uint64, reserve int) (int, error) {
 func init() {
 	settings = append(settings, httpSettings...)
 	sections["main.HTTPConfig"] = "http"
+	sections["main.HTTPTLSConfig"] = "http.tls"
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -125,12 +126,17 @@ func (o *serveOptions) icebergRESTServer(meta *metadata, log *slog.Logger) (*htt
 }
 
 // serveIcebergREST serves rs on ln, at most maxRESTConns connections at
-// once, until drainHTTP shuts it down. Its failure is logged, not fatal:
-// ingest goes on without the readers' catalog.
-func serveIcebergREST(rs *http.Server, ln net.Listener, log *slog.Logger) {
-	log.Info(msgIcebergREST, "addr", ln.Addr().String())
+// once, until drainHTTP shuts it down; over TLS with tlsCfg (http.tls,
+// client certificates included). Its failure is logged, not fatal: ingest
+// goes on without the readers' catalog.
+func serveIcebergREST(rs *http.Server, ln net.Listener, tlsCfg *tls.Config, log *slog.Logger) {
+	log.Info(msgIcebergREST, "addr", ln.Addr().String(), "scheme", scheme(tlsCfg))
+	lim := netutil.LimitListener(ln, maxRESTConns)
+	if tlsCfg != nil {
+		lim = tls.NewListener(lim, tlsCfg)
+	}
 	go func() {
-		if err := rs.Serve(netutil.LimitListener(ln, maxRESTConns)); !errors.Is(err, http.ErrServerClosed) {
+		if err := rs.Serve(lim); !errors.Is(err, http.ErrServerClosed) {
 			log.Error("iceberg REST catalog stopped", "addr", ln.Addr().String(), "err", err)
 		}
 	}()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -92,7 +93,11 @@ func newServe() *cobra.Command {
 // close the host (flush, release the leases), close the snapshot store and
 // etcd.
 func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
-	setMemoryLimit(log, o.config()) // first, so that the embedded etcd starts under it too (memory.go)
+	setMemoryLimit(log, o.config())   // first, so that the embedded etcd starts under it too (memory.go)
+	tlsCfg, err := o.http.TLS.build() // nil unless http.tls.cert_file; read once, here
+	if err != nil {
+		return err
+	}
 	// The data dir's lock, the metadata store and the snapshot store first:
 	// a second serve on a data dir in use, or one whose snapshot store does
 	// not answer, fails here, before it opens a port that probes would find.
@@ -120,7 +125,7 @@ func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
 		return err
 	}
 	addr := lns.ingest.Addr().String()
-	admin, err := startAdmin(o.adminListen, log)
+	admin, err := startAdmin(o.adminListen, tlsCfg, log)
 	if err != nil {
 		lns.close()
 		return err
@@ -134,7 +139,7 @@ func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	hostOpts := o.config().engineOptions() // what config check validated (engineopts.go)
 	hostOpts.Etcd, hostOpts.Logger, hostOpts.RequestTimeout = meta.client, log, meta.requestTimeout
-	hostOpts.Address, hostOpts.Snapshots, hostOpts.Registerer = "http://"+addr, snaps, registry
+	hostOpts.Address, hostOpts.Snapshots, hostOpts.Registerer = scheme(tlsCfg)+"://"+addr, snaps, registry
 	srvOpts := server.Options{Shards: o.shards, Logger: log, Registry: registry, MaxBodyBytes: o.maxBodyBytes}
 	if err := o.serverOptions(&srvOpts, hostOpts.MemoryBudget, log); err != nil {
 		lns.close()
@@ -147,12 +152,13 @@ func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
 	}
 	srvOpts.Host = host
 	srv := server.New(srvOpts)
-	servers, served := lns.serve(srv) // /livez and /readyz answer while the shards replay
+	servers, served := lns.serve(srv, tlsCfg) // /livez and /readyz answer while the shards replay
 	if restSrv != nil {
-		serveIcebergREST(restSrv, lns.rest, log)
+		serveIcebergREST(restSrv, lns.rest, tlsCfg, log)
 		servers = append(servers, restSrv)
 	}
-	log.Info("http server started; ready once the shards are claimed and replayed", "addr", addr, "probe_addr", lns.probeAddr())
+	log.Info("http server started; ready once the shards are claimed and replayed", "addr", addr, "probe_addr", lns.probeAddr(),
+		"scheme", scheme(tlsCfg), "client_certs", tlsCfg != nil && tlsCfg.ClientAuth != tls.NoClientCert)
 
 	var runErr error
 	opened := true
@@ -257,6 +263,14 @@ func (o *serveOptions) openListeners() (*listeners, error) {
 	return lns, nil
 }
 
+// scheme is the URL scheme of the TLS listeners: https with tlsCfg.
+func scheme(tlsCfg *tls.Config) string {
+	if tlsCfg != nil {
+		return "https"
+	}
+	return "http"
+}
+
 func (l *listeners) close() {
 	l.ingest.Close()
 	if l.probes != nil {
@@ -275,11 +289,18 @@ func (l *listeners) probeAddr() string {
 }
 
 // serve serves srv on the listeners, each with its connection limit; the
-// channel gets the first error of any.
-func (l *listeners) serve(srv *server.Server) ([]*http.Server, <-chan error) {
+// channel gets the first error of any. With tlsCfg the ingest listener
+// serves TLS (a connection's handshake, bounded by the header timeout,
+// takes one of its places); the probe listener always serves plain HTTP,
+// which kubelet's and load balancers' HTTP probes speak.
+func (l *listeners) serve(srv *server.Server, tlsCfg *tls.Config) ([]*http.Server, <-chan error) {
 	served := make(chan error, 2)
 	hs := srv.HTTPServer()
-	go func() { served <- hs.Serve(srv.Listener(l.ingest)) }()
+	ingest := srv.Listener(l.ingest)
+	if tlsCfg != nil {
+		ingest = tls.NewListener(ingest, tlsCfg)
+	}
+	go func() { served <- hs.Serve(ingest) }()
 	servers := []*http.Server{hs}
 	if l.probes != nil {
 		ps := srv.ProbeServer()
