@@ -15,6 +15,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"github.com/rollwal/rollwal/internal/pyenv"
 	"math/big"
 	"net/http"
 	"os"
@@ -136,24 +137,8 @@ func readmeReaderExamples(t *testing.T) map[string]readmeExample {
 }
 
 // readmePython is the interpreter with pyarrow, pyiceberg and DuckDB's
-// iceberg extension (scripts/pyenv). As in the catalog tests, CI must set
-// it; elsewhere a missing one skips the test, loudly.
-func readmePython(t *testing.T) string {
-	t.Helper()
-	py := os.Getenv("ROLLWAL_PYTHON")
-	switch {
-	case py != "":
-		return py
-	case os.Getenv("CI") != "":
-		t.Fatal("ROLLWAL_PYTHON must be set by the test command in CI: " +
-			"ROLLWAL_PYTHON=$(bash scripts/pyenv | tail -n1) go test ./cmd/writer -run Readme")
-	}
-	msg := "\n*** SKIPPED TestReadmeReaderExamplesRun: the README's reader examples are NOT checked. ***\n" +
-		"***   ROLLWAL_PYTHON=$(bash scripts/pyenv | tail -n1) go test ./cmd/writer -run Readme ***\n"
-	fmt.Fprint(os.Stderr, msg) // shown without -v too
-	t.Skip(msg)
-	return ""
-}
+// iceberg extension (scripts/pyenv).
+func readmePython(t *testing.T) string { return pyenv.Python(t, "the README's reader examples") }
 
 // TestReadmeReaderExamplesRun runs the README's reader examples ("Reading
 // it") as written, from a directory holding the data dir as data/ — the
