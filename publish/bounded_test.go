@@ -1,6 +1,7 @@
 package publish
 
 import (
+	"context"
 	"flag"
 	"path/filepath"
 	"testing"
@@ -18,7 +19,12 @@ var flagMerges = flag.Int("publish.merges", 10000, "merges of TestManyMergesStay
 // readable with every row once.
 func TestManyMergesStayBounded(t *testing.T) {
 	e := newMemEnv(t)
-	e.opts.RequestTimeout = 30 * time.Second // two cores shared with other packages' tests
+	// Two cores shared with other packages' tests: more than newEnv's two
+	// minutes in all, and slow etcd answers now and then.
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	t.Cleanup(cancel)
+	e.ctx = ctx
+	e.opts.RequestTimeout = 30 * time.Second
 	h := e.host(false)
 	s := e.open(h, "s0")
 	c := e.coordinator(func(o *Options) {
