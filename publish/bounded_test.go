@@ -18,11 +18,12 @@ var flagMerges = flag.Int("publish.merges", 10000, "merges of TestManyMergesStay
 // readers' manifests and metadata files at their bounds, and the table
 // readable with every row once.
 func TestManyMergesStayBounded(t *testing.T) {
-	e := newMemEnv(t)
 	// Two cores shared with other packages' tests: more than newEnv's two
-	// minutes in all, and slow etcd answers now and then.
+	// minutes in all, and slow etcd answers now and then. Cancelled after
+	// newEnv's cleanup, which reads the base with it.
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	t.Cleanup(cancel)
+	e := newMemEnv(t)
 	e.ctx = ctx
 	e.opts.RequestTimeout = 30 * time.Second
 	h := e.host(false)
