@@ -22,8 +22,8 @@ type Compaction struct {
 	// TargetBytes is the size compacted files grow to; files below half of
 	// it are small. 0 means DefaultCompactionTarget.
 	TargetBytes int64
-	// MinFiles is how many small files a shard must have before they are
-	// compacted; 0 means DefaultCompactionMinFiles.
+	// MinFiles is how many small files of one size tier a shard must have
+	// before they are compacted; 0 means DefaultCompactionMinFiles.
 	MinFiles int
 	// Disabled keeps RunOnce from compacting (Compact still does).
 	Disabled bool
@@ -49,8 +49,8 @@ type CompactResult struct {
 	Version uint64
 }
 
-// Compact rewrites runs of small base files of one shard into files of
-// about TargetBytes: an Iceberg replace snapshot, committed as a new base
+// Compact rewrites groups of small base files of one shard, of like size,
+// into one file each (compactionGroups): an Iceberg replace snapshot, committed as a new base
 // version in the transaction that guards every base commit (the lock, the
 // state's revision, the table's record). It never changes which rows the
 // table holds: the rows of a group, in _seq order, become one file whose
@@ -99,10 +99,20 @@ func (c *Coordinator) Compact(ctx context.Context) (CompactResult, error) {
 	return res, c.writeReaderManifest(ctx, next)
 }
 
-// compactionGroups picks, per shard with at least MinFiles small files,
-// runs of consecutive small files (by position) of up to TargetBytes (and
-// a quarter of the memory budget, since a group is read whole); a run of
-// one file is left alone.
+// Tiers of compaction: files whose sizes are within tierRatio of each
+// other (below tierFloor all count as tierFloor) are compacted together.
+// A run of new small files therefore becomes one file of the next tier
+// instead of being rewritten into the shard's growing file again and
+// again, so each row is rewritten about log_MinFiles(target/size) times.
+const (
+	tierRatio = 4
+	tierFloor = 64 << 10
+)
+
+// compactionGroups picks, per shard, groups of at least MinFiles small
+// files (below half of TargetBytes, with a position range) of one size
+// tier, up to TargetBytes and a quarter of the memory budget each (a group
+// is read whole).
 func (c *Coordinator) compactionGroups(files []shardmeta.BaseFile) [][]shardmeta.BaseFile {
 	cfg := c.opts.Compaction
 	limit := min(cfg.TargetBytes, max(c.opts.MemoryBudget/4, 1))
@@ -115,25 +125,24 @@ func (c *Coordinator) compactionGroups(files []shardmeta.BaseFile) [][]shardmeta
 	var out [][]shardmeta.BaseFile
 	for _, shard := range slices.Sorted(maps.Keys(byShard)) {
 		small := byShard[shard]
-		if len(small) < cfg.MinFiles {
-			continue
-		}
-		slices.SortFunc(small, func(a, b shardmeta.BaseFile) int { return cmp.Compare(a.SeqFirst, b.SeqFirst) })
+		slices.SortFunc(small, func(a, b shardmeta.BaseFile) int {
+			return cmp.Or(cmp.Compare(a.Bytes, b.Bytes), cmp.Compare(a.SeqFirst, b.SeqFirst))
+		})
 		var g []shardmeta.BaseFile
 		var size int64
 		for _, f := range small {
-			if len(g) > 0 && size+f.Bytes > limit {
-				out, g, size = appendGroup(out, g), nil, 0
+			if len(g) > 0 && (f.Bytes > tierRatio*max(g[0].Bytes, tierFloor) || size+f.Bytes > limit) {
+				out, g, size = c.appendGroup(out, g), nil, 0
 			}
 			g, size = append(g, f), size+f.Bytes
 		}
-		out = appendGroup(out, g)
+		out = c.appendGroup(out, g)
 	}
 	return out
 }
 
-func appendGroup(out [][]shardmeta.BaseFile, g []shardmeta.BaseFile) [][]shardmeta.BaseFile {
-	if len(g) < 2 {
+func (c *Coordinator) appendGroup(out [][]shardmeta.BaseFile, g []shardmeta.BaseFile) [][]shardmeta.BaseFile {
+	if len(g) < c.opts.Compaction.MinFiles {
 		return out
 	}
 	return append(out, g)

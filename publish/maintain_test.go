@@ -15,6 +15,7 @@ import (
 	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/shardmeta"
 )
 
 // smallCompaction compacts as soon as a shard has 4 small files, and only
@@ -401,4 +402,32 @@ func TestExpiryCrashLeavesOneSide(t *testing.T) {
 		t.Fatalf("%d snapshots after the retry, want 2", n)
 	}
 	e.wantAllIDs()
+}
+
+// TestCompactionTiersBySize: new small files are compacted among
+// themselves, not into the shard's larger compacted file, which would
+// rewrite it with every run of new ones; a tier short of MinFiles waits.
+func TestCompactionTiersBySize(t *testing.T) {
+	c := &Coordinator{opts: Options{MemoryBudget: 1 << 30}}
+	c.opts.ensureDefaults()
+	var files []shardmeta.BaseFile
+	add := func(n int, bytes int64) {
+		for range n {
+			seq := uint64(len(files)*10 + 1)
+			files = append(files, shardmeta.BaseFile{Path: fmt.Sprintf("data/s0/f%d", len(files)), Rows: 10, Bytes: bytes,
+				Shard: "s0", SeqFirst: seq, SeqLast: seq + 9})
+		}
+	}
+	add(1, 40<<20)   // the compacted file so far
+	add(16, 512<<10) // a run of new ones
+	add(5, 4<<20)    // a middle tier, short of MinFiles
+	groups := c.compactionGroups(files)
+	if len(groups) != 1 || len(groups[0]) != 16 {
+		t.Fatalf("groups %v, want the 16 new files alone", groups)
+	}
+	for _, f := range groups[0] {
+		if f.Bytes != 512<<10 {
+			t.Fatalf("group holds %s of %d bytes", f.Path, f.Bytes)
+		}
+	}
 }
