@@ -60,12 +60,7 @@ func duckdbPython(t *testing.T) string {
 func TestDuckDBReadsTable(t *testing.T) {
 	py := duckdbPython(t)
 	e := newEnv(t)
-	e.appendFiles([]Provenance{{Shard: "s0", First: 1, Last: 1, Epochs: []uint64{2}}}, e.baseFile("s0", 1, 2, "a", 6, 11))
-	var first []string
-	for id := range e.rows {
-		first = append(first, id)
-	}
-	tbl := e.appendFiles(nil, e.baseFile("s1", 1, 1, "b", 4, 1))
+	tbl, first := e.twoSnapshots()
 	snaps := tbl.Metadata().Snapshots()
 	if len(snaps) != 2 {
 		t.Fatalf("%d snapshots after two appends", len(snaps))

@@ -110,6 +110,18 @@ func (e *env) appendFiles(parts []Provenance, files ...File) *table.Table {
 	return tbl
 }
 
+// twoSnapshots appends six rows of shard s0, then four of s1: two
+// snapshots. It returns the table and the ids of the first.
+func (e *env) twoSnapshots() (*table.Table, []string) {
+	e.t.Helper()
+	e.appendFiles([]Provenance{{Shard: "s0", First: 1, Last: 1, Epochs: []uint64{2}}}, e.baseFile("s0", 1, 2, "a", 6, 11))
+	var first []string
+	for id := range e.rows {
+		first = append(first, id)
+	}
+	return e.appendFiles(nil, e.baseFile("s1", 1, 1, "b", 4, 1)), first
+}
+
 // location returns the metadata location the catalog key names.
 func (e *env) location() string {
 	e.t.Helper()

@@ -37,12 +37,7 @@ json.dump({
 func TestPyicebergReadsTable(t *testing.T) {
 	py := rollwalPython(t)
 	e := newEnv(t)
-	e.appendFiles([]Provenance{{Shard: "s0", First: 1, Last: 1, Epochs: []uint64{2}}}, e.baseFile("s0", 1, 2, "a", 6, 11))
-	var first []string
-	for id := range e.rows {
-		first = append(first, id)
-	}
-	tbl := e.appendFiles(nil, e.baseFile("s1", 1, 1, "b", 4, 1))
+	tbl, first := e.twoSnapshots()
 
 	cmd := exec.CommandContext(e.ctx, py, "-c", pyRead, tbl.MetadataLocation())
 	var stderr bytes.Buffer

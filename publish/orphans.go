@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/apache/iceberg-go/table"
@@ -193,8 +194,10 @@ func (c *Coordinator) sweepData(live map[string]bool) (int, error) {
 // older than the grace.
 func (c *Coordinator) sweep(dir string, live map[string]bool) (int, error) {
 	names, err := c.opts.FS.List(dir)
-	if err != nil {
-		return 0, nil // gone, or not a directory
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return 0, nil // gone, or a file where a shard directory would be
+	} else if err != nil {
+		return 0, fmt.Errorf("publish: list %s: %w", dir, err)
 	}
 	removed := 0
 	for _, n := range names {

@@ -130,10 +130,18 @@ func (h *handler) loadNamespace(ctx context.Context, w http.ResponseWriter, r *h
 }
 
 func (h *handler) namespaceExists(ctx context.Context, w http.ResponseWriter, r *http.Request, p params) {
+	if h.requireNamespace(ctx, w, r, p) {
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// requireNamespace reports whether the path's namespace exists; when it
+// does not (or cannot be checked) it has answered with the error.
+func (h *handler) requireNamespace(ctx context.Context, w http.ResponseWriter, r *http.Request, p params) bool {
 	ns, e := namespace(p.ns)
 	if e != nil {
 		h.fail(w, r, e)
-		return
+		return false
 	}
 	ok, err := h.cat.CheckNamespaceExists(ctx, ns)
 	switch {
@@ -141,9 +149,8 @@ func (h *handler) namespaceExists(ctx context.Context, w http.ResponseWriter, r 
 		h.fail(w, r, h.fromCatalog(r, err, p.ns))
 	case !ok:
 		h.fail(w, r, noSuchNamespace(p.ns, ""))
-	default:
-		w.WriteHeader(http.StatusNoContent)
 	}
+	return err == nil && ok
 }
 
 func (h *handler) listTables(ctx context.Context, w http.ResponseWriter, r *http.Request, p params) {
@@ -234,18 +241,7 @@ func (h *handler) unsupported(_ context.Context, w http.ResponseWriter, r *http.
 }
 
 func (h *handler) listViews(ctx context.Context, w http.ResponseWriter, r *http.Request, p params) {
-	ns, e := namespace(p.ns)
-	if e != nil {
-		h.fail(w, r, e)
-		return
-	}
-	ok, err := h.cat.CheckNamespaceExists(ctx, ns)
-	switch {
-	case err != nil:
-		h.fail(w, r, h.fromCatalog(r, err, p.ns))
-	case !ok:
-		h.fail(w, r, noSuchNamespace(p.ns, ""))
-	default:
+	if h.requireNamespace(ctx, w, r, p) {
 		h.ok(w, r, listTablesResponse{Identifiers: []tableIdentifier{}})
 	}
 }
