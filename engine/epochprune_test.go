@@ -52,3 +52,38 @@ func TestCrashLoopKeepsEpochRecordsBounded(t *testing.T) {
 	}
 	t.Logf("at most %d epoch records over 41 claims; %d now", most, len(s.Manifest().Epochs))
 }
+
+// TestCrashLoopOfOffsetsKeepsEpochRecordsBounded: the same crash loop
+// where each life only moves a source offset (a batch of no rows). The
+// replay then yields no rows but a memtable with meta, which must be
+// committed like rows once replayFlushClaims claims wait, or every life
+// adds an epoch record for good (seen in the simulation: 18 records with
+// no generation flushed).
+func TestCrashLoopOfOffsetsKeepsEpochRecordsBounded(t *testing.T) {
+	ctx := context.Background()
+	opts := testOptions(vfs.NewStrictMem(), tableName(t, ""))
+	opts.NoFlushOnClose = true
+	for i := range 40 {
+		h := openHost(t, opts)
+		s := mustOpen(t, h, "s0")
+		if _, err := s.Append(ctx, nil, Source{Name: "upstream", Offset: int64(i + 1)}); err != nil {
+			t.Fatal(err)
+		}
+		m := s.Manifest()
+		if n, bound := len(m.Epochs), shardmeta.MaxEpochRecords(len(m.Flushed)); n > bound {
+			t.Fatalf("open %d: %d epoch records with %d generations flushed, more than %d: %+v", i, n, len(m.Flushed), bound, m.Epochs)
+		}
+		if err := h.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := openHost(t, opts)
+	defer h.Close(ctx)
+	s := mustOpen(t, h, "s0")
+	if _, err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Manifest().SourceOffsets["upstream"]; got != 40 {
+		t.Fatalf("source offset %d committed, want 40", got)
+	}
+}

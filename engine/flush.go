@@ -188,6 +188,11 @@ func (s *Shard) nextManifest(m *memtable.Memtable, f generation.File) *shardmeta
 			SeqFirst: f.Meta.SeqFirst, SeqLast: f.Meta.SeqLast, Epoch: s.claim.Epoch,
 		})
 		next.ReplayCursor = f.Meta.SeqLast
+	} else {
+		// A generation of meta alone covers its records' positions too:
+		// every earlier generation is committed, so nothing at or below
+		// them is left to replay.
+		next.ReplayCursor = max(next.ReplayCursor, m.MaxPos())
 	}
 	if s.replayEnd != 0 && g == s.replayEnd {
 		next.Epochs[len(next.Epochs)-1].ReplayEndGeneration = g

@@ -214,7 +214,7 @@ func (s *Shard) recover(ctx context.Context) error {
 	if rows > 0 {
 		s.replayEnd = s.set.Active().Generation()
 	}
-	if err := s.commitReplayIfBehind(ctx, rows); err != nil {
+	if err := s.commitReplayIfBehind(ctx); err != nil {
 		return err
 	}
 	s.metrics.replayRows.WithLabelValues(s.name).Add(float64(rows))
@@ -231,14 +231,17 @@ func (s *Shard) recover(ctx context.Context) error {
 // would otherwise add a record to the manifest at every restart.
 const replayFlushClaims = shardmeta.RecentEpochs / 2
 
-// commitReplayIfBehind commits the replayed rows at once when
-// replayFlushClaims claims started above the replay cursor.
-func (s *Shard) commitReplayIfBehind(ctx context.Context, rows int) error {
+// commitReplayIfBehind commits the replayed WAL tail at once when
+// replayFlushClaims claims started above the replay cursor. A tail of
+// source offsets alone replays no rows but still has to be committed:
+// only a commit moves the cursor past it.
+func (s *Shard) commitReplayIfBehind(ctx context.Context) error {
 	n := s.manifest.UncoveredEpochs()
-	if rows == 0 || n < replayFlushClaims {
+	a := s.set.Active()
+	if n < replayFlushClaims || (a.Len() == 0 && !a.HasMeta()) {
 		return nil
 	}
-	s.log.Info("committing the replayed WAL tail before serving appends", "claims_above_replay_cursor", n, "rows", rows)
+	s.log.Info("committing the replayed WAL tail before serving appends", "claims_above_replay_cursor", n, "rows", a.Len())
 	s.flushMu.Lock()
 	defer s.flushMu.Unlock()
 	if err := s.flushOnce(ctx, true); err != nil {
