@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 	"unicode/utf8"
 )
 
@@ -17,11 +18,14 @@ type Row map[string]any
 // ErrInvalidRow marks every validation error of a row.
 var ErrInvalidRow = errors.New("schema: invalid row")
 
-// RowError names the row (its index in the batch) and column that failed.
+// RowError names the row (its index in the batch) and column that failed
+// and, inside a list or struct value, the path to the part that did
+// (messages[3].role).
 type RowError struct {
 	Row    int
 	ID     string
 	Column string
+	Path   string
 	Reason string
 }
 
@@ -30,7 +34,11 @@ func (e *RowError) Error() string {
 	if e.ID != "" {
 		id = fmt.Sprintf(" (id %q)", truncate(e.ID, 64))
 	}
-	return fmt.Sprintf("row %d%s, column %q: %s", e.Row, id, e.Column, e.Reason)
+	at := ""
+	if e.Path != "" && e.Path != e.Column {
+		at = fmt.Sprintf(" at %s", truncate(e.Path, 256))
+	}
+	return fmt.Sprintf("row %d%s, column %q%s: %s", e.Row, id, e.Column, at, e.Reason)
 }
 
 // Unwrap lets errors.Is(err, ErrInvalidRow) hold.
@@ -44,14 +52,23 @@ func truncate(s string, n int) string {
 }
 
 // Vector is one column of a batch. Exactly one value slice is used, chosen
-// by Type; Nulls is nil when the column has no null in the batch.
+// by Type; Nulls is nil when the column has no null in the batch. A null
+// row holds a zero value (an empty list, a struct of zero fields).
 type Vector struct {
 	Type  Type
-	Nulls []bool // Nulls[i] reports that row i is null
-	Str   []string
-	I64   []int64
+	Nulls []bool   // Nulls[i] reports that row i is null
+	Str   []string // string, json, binary
+	I64   []int64  // int64, timestamp (microseconds since the Unix epoch, UTC)
 	F64   []float64
 	Bool  []bool
+	I32   []int32
+	F32   []float32
+	// Offsets is a list's: row i's elements are Elem's values
+	// [Offsets[i], Offsets[i+1]); Offsets[0] is 0.
+	Offsets []int64
+	Elem    *Vector
+	// Fields are a struct's, one per field, each with a value per row.
+	Fields []Vector
 }
 
 // Batch is a validated set of rows in columnar form.
@@ -64,19 +81,8 @@ type Batch struct {
 // NewBatch returns an empty batch with room for n rows.
 func (s *Schema) NewBatch(n int) *Batch {
 	b := &Batch{Schema: s, IDs: make([]string, 0, n), Cols: make([]Vector, len(s.Columns))}
-	for i, c := range s.Columns {
-		v := &b.Cols[i]
-		v.Type = c.Type
-		switch c.Type {
-		case String, JSON:
-			v.Str = make([]string, 0, n)
-		case Int64:
-			v.I64 = make([]int64, 0, n)
-		case Float64:
-			v.F64 = make([]float64, 0, n)
-		case Bool:
-			v.Bool = make([]bool, 0, n)
-		}
+	for i := range s.Columns {
+		b.Cols[i] = newVector(&s.Columns[i], n)
 	}
 	return b
 }
@@ -110,19 +116,32 @@ func (b *Batch) appendRow(i int, r Row) error {
 			return &RowError{Row: i, ID: id, Column: name, Reason: "unknown column"}
 		}
 	}
-	// Convert every column before appending any, so a failure leaves the
-	// batch unchanged.
+	// Convert every primitive column before appending any; lists and
+	// structs are converted as they are appended, and a failure there
+	// leaves the batch part-way, which Build then drops.
 	vals := make([]any, len(s.Columns))
 	for c, col := range s.Columns {
+		if !col.Type.IsPrimitive() {
+			continue
+		}
 		v, err := convert(col, r[col.Name])
 		if err != nil {
 			return &RowError{Row: i, ID: id, Column: col.Name, Reason: err.Error()}
 		}
 		vals[c] = v
 	}
+	row := b.Len()
 	b.IDs = append(b.IDs, id)
 	for c := range s.Columns {
-		b.Cols[c].push(b.Len()-1, vals[c])
+		col := &s.Columns[c]
+		if col.Type.IsPrimitive() {
+			b.Cols[c].push(row, vals[c])
+			continue
+		}
+		if err := appendNested(&b.Cols[c], col, row, r[col.Name], col.Name); err != nil {
+			pe := err.(*pathError)
+			return &RowError{Row: i, ID: id, Column: col.Name, Path: pe.path, Reason: pe.err.Error()}
+		}
 	}
 	return nil
 }
@@ -155,12 +174,18 @@ func (v *Vector) push(i int, val any) {
 		v.Nulls = append(v.Nulls, false)
 	}
 	switch v.Type {
-	case String, JSON:
+	case String, JSON, Binary:
 		s, _ := val.(string)
 		v.Str = append(v.Str, s)
-	case Int64:
+	case Int64, Timestamp:
 		n, _ := val.(int64)
 		v.I64 = append(v.I64, n)
+	case Int32:
+		n, _ := val.(int32)
+		v.I32 = append(v.I32, n)
+	case Float32:
+		f, _ := val.(float32)
+		v.F32 = append(v.F32, f)
 	case Float64:
 		f, _ := val.(float64)
 		v.F64 = append(v.F64, f)
@@ -208,6 +233,14 @@ func convert(col Column, v any) (any, error) {
 			return nil, tooLong("json text", len(text))
 		}
 		return text, err
+	case Int32:
+		return toInt32(v)
+	case Float32:
+		return toFloat32(v)
+	case Binary:
+		return toBinary(v)
+	case Timestamp:
+		return toTimestamp(v)
 	}
 	return nil, fmt.Errorf("unknown column type %d", col.Type)
 }
@@ -226,6 +259,10 @@ func describe(v any) string {
 		return "bool"
 	case map[string]any:
 		return "object"
+	case []byte:
+		return "bytes"
+	case time.Time:
+		return "timestamp"
 	case []any:
 		return "array"
 	case json.RawMessage:

@@ -12,9 +12,13 @@ import (
 //	batch  := uvarint(rows) uvarint(cols) id* column*
 //	id     := uvarint(len) bytes
 //	column := type:u8 nulls:u8 [bitmap] values
-//	values := string/json: (uvarint(len) bytes)*   one per row, "" for null
-//	          int64/float64: 8 bytes little-endian per row, 0 for null
+//	values := string/json/binary: (uvarint(len) bytes)*   one per row, "" for null
+//	          int64/float64/timestamp: 8 bytes little-endian per row, 0 for null
+//	          int32/float32: 4 bytes little-endian per row, 0 for null
 //	          bool: bitmap
+//	          list: uvarint(elements) uvarint(len)* column   one len per row, the
+//	                column holding every row's elements in order
+//	          struct: uvarint(fields) column*               one per field, a value per row
 //	bitmap := ceil(rows/8) bytes, bit i%8 of byte i/8 set for row i
 //
 // A decoder checks every length against what remains and the column types
@@ -63,11 +67,11 @@ func (v *Vector) encode(dst []byte, n int) []byte {
 		dst = appendBitmap(dst, v.Nulls, n)
 	}
 	switch v.Type {
-	case String, JSON:
+	case String, JSON, Binary:
 		for _, s := range v.Str[:n] {
 			dst = appendString(dst, s)
 		}
-	case Int64:
+	case Int64, Timestamp:
 		for _, x := range v.I64[:n] {
 			dst = binary.LittleEndian.AppendUint64(dst, uint64(x))
 		}
@@ -77,6 +81,26 @@ func (v *Vector) encode(dst []byte, n int) []byte {
 		}
 	case Bool:
 		dst = appendBitmap(dst, v.Bool, n)
+	case Int32:
+		for _, x := range v.I32[:n] {
+			dst = binary.LittleEndian.AppendUint32(dst, uint32(x))
+		}
+	case Float32:
+		for _, x := range v.F32[:n] {
+			dst = binary.LittleEndian.AppendUint32(dst, math.Float32bits(x))
+		}
+	case List:
+		elems := int(v.Offsets[n])
+		dst = binary.AppendUvarint(dst, uint64(elems))
+		for i := range n {
+			dst = binary.AppendUvarint(dst, uint64(v.Offsets[i+1]-v.Offsets[i]))
+		}
+		dst = v.Elem.encode(dst, elems)
+	case Struct:
+		dst = binary.AppendUvarint(dst, uint64(len(v.Fields)))
+		for f := range v.Fields {
+			dst = v.Fields[f].encode(dst, n)
+		}
 	}
 	return dst
 }
@@ -187,11 +211,11 @@ func (d *decoder) vector(v *Vector, n int, col Column) {
 		return
 	}
 	switch col.Type {
-	case String, JSON:
+	case String, JSON, Binary:
 		for i := 0; i < n && d.err == nil; i++ {
 			v.Str = append(v.Str, d.str("string value"))
 		}
-	case Int64:
+	case Int64, Timestamp:
 		raw := d.bytes(uint64(n)*8, "int64 values")
 		for i := 0; raw != nil && i < n; i++ {
 			v.I64 = append(v.I64, int64(binary.LittleEndian.Uint64(raw[i*8:])))
@@ -203,34 +227,68 @@ func (d *decoder) vector(v *Vector, n int, col Column) {
 		}
 	case Bool:
 		v.Bool = d.bitmap(n, "bool values")
+	case Int32:
+		raw := d.bytes(uint64(n)*4, "int32 values")
+		for i := 0; raw != nil && i < n; i++ {
+			v.I32 = append(v.I32, int32(binary.LittleEndian.Uint32(raw[i*4:])))
+		}
+	case Float32:
+		raw := d.bytes(uint64(n)*4, "float32 values")
+		for i := 0; raw != nil && i < n; i++ {
+			v.F32 = append(v.F32, math.Float32frombits(binary.LittleEndian.Uint32(raw[i*4:])))
+		}
+	case List:
+		d.list(v, n, col)
+	case Struct:
+		d.structFields(v, n, col)
+	}
+}
+
+func (d *decoder) list(v *Vector, n int, col Column) {
+	elems := d.uvarint("list element count")
+	// An element takes at least one bit (a bool): a count beyond that is
+	// corrupt, and refusing it bounds the allocations below.
+	if d.err == nil && elems > 8*uint64(len(d.buf))+8 {
+		d.fail("column %q: %d list elements cannot fit in %d bytes", col.Name, elems, len(d.buf))
+	}
+	var sum uint64
+	for i := 0; i < n && d.err == nil; i++ {
+		l := d.uvarint("list length")
+		if sum += l; l > MaxListElements || sum > elems {
+			d.fail("column %q: row %d: list of %d elements (%d in all, the header says %d)", col.Name, i, l, sum, elems)
+		}
+		v.Offsets = append(v.Offsets, int64(sum))
+	}
+	if d.err == nil && sum != elems {
+		d.fail("column %q: lists hold %d elements, the header says %d", col.Name, sum, elems)
+	}
+	if d.err == nil {
+		d.vector(v.Elem, int(elems), *col.Element)
+	}
+}
+
+func (d *decoder) structFields(v *Vector, n int, col Column) {
+	if f := d.uvarint("struct field count"); d.err == nil && f != uint64(len(col.Fields)) {
+		d.fail("column %q: %d struct fields, the schema has %d", col.Name, f, len(col.Fields))
+	}
+	for f := 0; f < len(col.Fields) && d.err == nil; f++ {
+		d.vector(&v.Fields[f], n, col.Fields[f])
 	}
 }
 
 // Value returns row i of column c as a Go value (nil for null): string,
-// int64, float64 or bool. JSON columns return their text as a string.
+// int64, float64, bool, int32, float32, []byte (binary), time.Time
+// (timestamp, UTC), []any (list) or map[string]any (struct). JSON columns
+// return their text as a string.
 func (b *Batch) Value(c, i int) any {
-	v := &b.Cols[c]
-	if v.IsNull(i) {
-		return nil
-	}
-	switch v.Type {
-	case String, JSON:
-		return v.Str[i]
-	case Int64:
-		return v.I64[i]
-	case Float64:
-		return v.F64[i]
-	case Bool:
-		return v.Bool[i]
-	}
-	return nil
+	return b.Cols[c].value(&b.Schema.Columns[c], i)
 }
 
 // AppendRow copies row i of src (same schema) to the end of b.
 func (b *Batch) AppendRow(src *Batch, i int) {
 	b.IDs = append(b.IDs, src.IDs[i])
 	for c := range b.Cols {
-		b.Cols[c].push(b.Len()-1, src.Value(c, i))
+		b.Cols[c].appendFrom(&src.Cols[c], i)
 	}
 }
 
@@ -241,11 +299,7 @@ func (b *Batch) Size() int64 {
 		n += int64(len(id)) + 16
 	}
 	for c := range b.Cols {
-		v := &b.Cols[c]
-		for _, s := range v.Str {
-			n += int64(len(s)) + 16
-		}
-		n += int64(len(v.I64)*8 + len(v.F64)*8 + len(v.Bool) + len(v.Nulls))
+		n += b.Cols[c].size()
 	}
 	return n
 }

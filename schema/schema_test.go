@@ -97,7 +97,14 @@ func TestSchemaValidation(t *testing.T) {
 		{{Name: "id", Type: String}},
 		{{Name: "_x", Type: String}},
 		{{Name: "a", Type: String}, {Name: "a", Type: Int64}},
-		{{Name: "a", Type: Type(9)}},
+		{{Name: "a", Type: Type(12)}},
+		{{Name: "a", Type: List}},
+		{{Name: "a", Type: Struct}},
+		{{Name: "a", Type: List, Element: &Column{Type: List, Element: &Column{Type: Int32}}}},
+		{{Name: "a", Type: Struct, Fields: []Column{{Name: "b", Type: Struct, Fields: []Column{{Name: "c", Type: Int32}}}}}},
+		{{Name: "a", Type: Struct, Fields: []Column{{Name: "b", Type: List, Element: &Column{Type: Int32}}}}},
+		{{Name: "a", Type: Struct, Fields: []Column{{Name: "b", Type: Int32}, {Name: "b", Type: Int64}}}},
+		{{Name: "a", Type: Int32, Element: &Column{Type: Int32}}},
 	} {
 		if _, err := New(cols); err == nil {
 			t.Errorf("New(%v) accepted an invalid schema", cols)
