@@ -10,6 +10,8 @@ import (
 	"github.com/apache/iceberg-go"
 	icecat "github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
+
+	"github.com/rollwal/rollwal/schema"
 )
 
 // TestAppendTwiceScansRows: two appends of real base files; iceberg-go
@@ -202,5 +204,56 @@ func TestCatalogReadSide(t *testing.T) {
 	fatalIf(t, e.cat.DropNamespace(e.ctx, ns), "drop namespace")
 	if ok, _ := e.cat.CheckNamespaceExists(e.ctx, ns); ok {
 		t.Fatal("dropped namespace exists")
+	}
+}
+
+// TestNestedBaseSchema: lists and structs become Iceberg lists and
+// structs, the fields inside them numbered after the user columns, depth
+// first, with their nullability, and the name mapping reaches them.
+func TestNestedBaseSchema(t *testing.T) {
+	var cols []schema.Column
+	for _, c := range []struct{ name, typ string }{
+		{"tokens", "list<int32>"}, {"messages", "list<struct<role: string, content: string?>>"},
+		{"judge", "struct<score: float32?>"}, {"at", "timestamp"}, {"image", "binary"},
+	} {
+		col, err := schema.ParseColumnType(c.typ)
+		fatalIf(t, err, "parse")
+		col.Name = c.name
+		cols = append(cols, col)
+	}
+	s, err := schema.New(cols)
+	fatalIf(t, err, "schema")
+	sc, err := BaseSchema(s)
+	fatalIf(t, err, "base schema")
+	want := "table {\n\t1: id: required string\n" +
+		"\t4: tokens: required list<int>\n" +
+		"\t5: messages: required list<struct<11: role: required string, 12: content: optional string>>\n" +
+		"\t6: judge: required struct<13: score: optional float>\n" +
+		"\t7: at: required timestamptz\n\t8: image: required binary\n" +
+		"\t2: _seq: required long\n\t3: _epoch: required long\n}"
+	if got := sc.String(); got != want {
+		t.Errorf("schema:\n%s\nwant:\n%s", got, want)
+	}
+	if f, ok := sc.FindFieldByName("tokens.element"); !ok || f.ID != 9 || !f.Required {
+		t.Errorf("tokens.element: %+v %v", f, ok)
+	}
+	if f, ok := sc.FindFieldByName("messages.element"); !ok || f.ID != 10 {
+		t.Errorf("messages.element: %+v %v", f, ok)
+	}
+	mapped := map[string]int{}
+	var walk func(prefix string, fields []iceberg.MappedField)
+	walk = func(prefix string, fields []iceberg.MappedField) {
+		for _, m := range fields {
+			if m.FieldID != nil {
+				mapped[prefix+m.Names[0]] = *m.FieldID
+			}
+			walk(prefix+m.Names[0]+".", m.Fields)
+		}
+	}
+	walk("", sc.NameMapping())
+	for name, id := range map[string]int{"tokens.element": 9, "messages.element.role": 11, "messages.element.content": 12, "judge.score": 13} {
+		if mapped[name] != id {
+			t.Errorf("name mapping: %s → %d, want %d (%v)", name, mapped[name], id, mapped)
+		}
 	}
 }

@@ -29,15 +29,20 @@ const SeqSortOrderID = 1
 
 // BaseSchema is a table schema as an Iceberg schema (schema id 0). id is
 // the identifier field. _seq and _epoch are uint64 in the files and long
-// in Iceberg, which has no unsigned type: values stay below 2^63.
+// in Iceberg, which has no unsigned type: values stay below 2^63. The
+// fields inside lists and structs are numbered after every user column,
+// depth first in schema order, so that a column's id does not depend on
+// what the columns before it hold.
 func BaseSchema(s *schema.Schema) (*iceberg.Schema, error) {
 	fields := []iceberg.NestedField{{ID: IDFieldID, Name: schema.IDColumn, Type: iceberg.PrimitiveTypes.String, Required: true}}
-	for i, col := range s.Columns {
-		t, err := icebergType(col.Type)
+	next := FirstUserFieldID + len(s.Columns)
+	for i := range s.Columns {
+		col := &s.Columns[i]
+		t, err := icebergType(col, &next)
 		if err != nil {
 			return nil, fmt.Errorf("catalog: column %q: %w", col.Name, err)
 		}
-		fields = append(fields, iceberg.NestedField{ID: FirstUserFieldID + i, Name: col.Name, Type: t, Required: !col.Nullable})
+		fields = append(fields, iceberg.NestedField{ID: FirstUserFieldID + i, Name: col.Name, Type: t, Required: !col.Nullable, Doc: col.Doc})
 	}
 	fields = append(fields,
 		iceberg.NestedField{ID: SeqFieldID, Name: schema.SeqColumn, Type: iceberg.PrimitiveTypes.Int64, Required: true},
@@ -45,8 +50,10 @@ func BaseSchema(s *schema.Schema) (*iceberg.Schema, error) {
 	return iceberg.NewSchemaWithIdentifiers(0, []int{IDFieldID}, fields...), nil
 }
 
-func icebergType(t schema.Type) (iceberg.Type, error) {
-	switch t {
+// icebergType is col's Iceberg type; next is the next free field id for
+// the fields nested inside it.
+func icebergType(col *schema.Column, next *int) (iceberg.Type, error) {
+	switch col.Type {
 	case schema.String, schema.JSON: // Iceberg v2 has no JSON type
 		return iceberg.PrimitiveTypes.String, nil
 	case schema.Int64:
@@ -55,8 +62,37 @@ func icebergType(t schema.Type) (iceberg.Type, error) {
 		return iceberg.PrimitiveTypes.Float64, nil
 	case schema.Bool:
 		return iceberg.PrimitiveTypes.Bool, nil
+	case schema.Int32:
+		return iceberg.PrimitiveTypes.Int32, nil
+	case schema.Float32:
+		return iceberg.PrimitiveTypes.Float32, nil
+	case schema.Binary:
+		return iceberg.PrimitiveTypes.Binary, nil
+	case schema.Timestamp: // microseconds, adjusted to UTC
+		return iceberg.PrimitiveTypes.TimestampTz, nil
+	case schema.List:
+		id := *next
+		*next++
+		e, err := icebergType(col.Element, next)
+		if err != nil {
+			return nil, err
+		}
+		return &iceberg.ListType{ElementID: id, Element: e, ElementRequired: !col.Element.Nullable}, nil
+	case schema.Struct:
+		ids := *next
+		*next += len(col.Fields)
+		st := &iceberg.StructType{}
+		for f := range col.Fields {
+			fc := &col.Fields[f]
+			t, err := icebergType(fc, next)
+			if err != nil {
+				return nil, err
+			}
+			st.FieldList = append(st.FieldList, iceberg.NestedField{ID: ids + f, Name: fc.Name, Type: t, Required: !fc.Nullable, Doc: fc.Doc})
+		}
+		return st, nil
 	}
-	return nil, fmt.Errorf("no Iceberg type for %v", t)
+	return nil, fmt.Errorf("no Iceberg type for %v", col.Type)
 }
 
 // BaseSortOrder is _seq ascending: base files hold their rows in WAL order.

@@ -166,8 +166,10 @@ func toFloat32(v any) (any, error) {
 	case float32:
 		f = float64(n)
 	case json.Number:
+		// Parsed at 32 bits, the decimal text rounds once, to the nearest
+		// float32; through float64 it would round twice.
 		x, err := strconv.ParseFloat(string(n), 32)
-		if err != nil {
+		if err != nil && !errors.Is(err, strconv.ErrRange) {
 			return nil, fmt.Errorf("want float32, got %s", n)
 		}
 		f = x

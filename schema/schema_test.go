@@ -115,7 +115,7 @@ func TestSchemaValidation(t *testing.T) {
 	}
 }
 
-func mustNew(t *testing.T, cols []Column) *Schema {
+func mustNew(t testing.TB, cols []Column) *Schema {
 	s, err := New(cols)
 	if err != nil {
 		t.Fatal(err)

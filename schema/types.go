@@ -312,6 +312,17 @@ func (c *Column) UnmarshalJSON(b []byte) error {
 
 // UnmarshalYAML reads a column in either form (see columnSpec).
 func (c *Column) UnmarshalYAML(n *yaml.Node) error {
+	// Node.Decode cannot be made strict: a misspelt key (nulable) would be
+	// dropped, and the column silently differ from what was meant.
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i < len(n.Content); i += 2 {
+			switch k := n.Content[i].Value; k {
+			case "name", "type", "nullable", "doc", "element", "fields":
+			default:
+				return fmt.Errorf("line %d: unknown key %q in a column (want name, type, nullable, doc, element or fields)", n.Content[i].Line, k)
+			}
+		}
+	}
 	var sp columnSpec
 	if err := n.Decode(&sp); err != nil {
 		return err
@@ -322,16 +333,20 @@ func (c *Column) UnmarshalYAML(n *yaml.Node) error {
 // MarshalYAML writes the short form of the type when it says everything
 // (no doc on a nested part), the long form otherwise.
 func (c Column) MarshalYAML() (any, error) {
+	out := columnOut{Name: c.Name, Type: c.TypeString(), Nullable: c.Nullable, Doc: c.Doc}
 	if c.nestedDocs() {
-		type plain Column // without this method
-		return plain(c), nil
+		out.Type, out.Element, out.Fields = c.Type.String(), c.Element, c.Fields
 	}
-	return struct {
-		Name     string `yaml:"name"`
-		Type     string `yaml:"type"`
-		Nullable bool   `yaml:"nullable,omitempty"`
-		Doc      string `yaml:"doc,omitempty"`
-	}{c.Name, c.TypeString(), c.Nullable, c.Doc}, nil
+	return out, nil
+}
+
+type columnOut struct {
+	Name     string   `yaml:"name,omitempty"`
+	Type     string   `yaml:"type"`
+	Nullable bool     `yaml:"nullable,omitempty"`
+	Doc      string   `yaml:"doc,omitempty"`
+	Element  *Column  `yaml:"element,omitempty"`
+	Fields   []Column `yaml:"fields,omitempty"`
 }
 
 func (c *Column) nestedDocs() bool {

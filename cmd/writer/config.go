@@ -19,6 +19,7 @@ import (
 
 	"github.com/rollwal/rollwal/internal/etcdclient"
 	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/server"
 	"github.com/rollwal/rollwal/shardmeta"
 	"github.com/rollwal/rollwal/wal"
@@ -52,6 +53,9 @@ type Config struct {
 	Limits          LimitsConfig      `yaml:"limits"`
 	HTTP            HTTPConfig        `yaml:"http"`
 	Iceberg         IcebergConfig     `yaml:"iceberg"`
+	// Columns are the table's columns (id, _seq and _epoch are implicit);
+	// the default is the rollout schema.
+	Columns []schema.Column `yaml:"columns"`
 }
 
 func defaultConfig() Config {
@@ -60,6 +64,7 @@ func defaultConfig() Config {
 		FlushBytes: 64 << 20, FlushAge: 30 * time.Second, LeaseTTL: 5 * time.Second,
 		MaxBodyBytes: server.DefaultMaxBodyBytes, ShutdownTimeout: 30 * time.Second, LogLevel: "info",
 		Snapshots: defaultSnapshots(), Limits: defaultLimits(), HTTP: defaultHTTP(),
+		Columns: schema.Rollout().Columns,
 	}
 	c.Etcd.EnsureDefaults()
 	return c
@@ -339,13 +344,30 @@ func badValue(key string, value any, format string, args ...any) error {
 
 // Validate reports the first unusable setting, naming its key and value.
 func (c *Config) Validate() error {
-	for _, check := range []func() error{c.validatePlaces, c.validateShards, c.validateSizes, c.validateEtcd, c.validateSnapshots, c.Limits.validate, c.validateHTTP, c.validateIceberg,
+	for _, check := range []func() error{c.validatePlaces, c.validateColumns, c.validateShards, c.validateSizes, c.validateEtcd, c.validateSnapshots, c.Limits.validate, c.validateHTTP, c.validateIceberg,
 		c.validateMemory, c.validateEngine} {
 		if err := check(); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// validateColumns checks the table's columns as the engine will.
+func (c *Config) validateColumns() error {
+	if _, err := schema.New(c.Columns); err != nil {
+		return badValue("columns", len(c.Columns), "%v", err)
+	}
+	return nil
+}
+
+// schema is the table's schema; Validate has checked the columns.
+func (c *Config) schema() *schema.Schema {
+	s, err := schema.New(c.Columns)
+	if err != nil {
+		panic(fmt.Sprintf("columns not validated: %v", err))
+	}
+	return s
 }
 
 func (c *Config) validatePlaces() error {
@@ -503,6 +525,7 @@ type storeOptions struct {
 	dataDir    string
 	table      string
 	etcd       etcdclient.Config
+	schema     *schema.Schema // the configuration's columns
 }
 
 // addDataFlags binds --config, --data-dir and --table.
@@ -525,7 +548,7 @@ func (o *storeOptions) resolve(f *pflag.FlagSet) error {
 	if err != nil {
 		return err
 	}
-	o.dataDir, o.table, o.etcd = cfg.DataDir, cfg.Table, cfg.Etcd
+	o.dataDir, o.table, o.etcd, o.schema = cfg.DataDir, cfg.Table, cfg.Etcd, cfg.schema()
 	return nil
 }
 
@@ -534,7 +557,7 @@ func (o *serveOptions) config() Config {
 	return Config{DataDir: o.dataDir, Listen: o.listen, AdminListen: o.adminListen, Table: o.table,
 		Shards: o.shards, FlushBytes: o.flushBytes, FlushAge: o.flushAge, LeaseTTL: o.leaseTTL,
 		MaxBodyBytes: o.maxBodyBytes, ShutdownTimeout: o.shutdownTimeout, UnreadyDelay: o.unreadyDelay, LogLevel: o.logLevel, Etcd: o.etcd,
-		Snapshots: o.snapshots, Limits: o.limits, HTTP: o.http, MemoryBudget: o.memoryBudget, Iceberg: o.iceberg}
+		Snapshots: o.snapshots, Limits: o.limits, HTTP: o.http, MemoryBudget: o.memoryBudget, Iceberg: o.iceberg, Columns: o.columns}
 }
 
 // resolve applies the configuration file under the flags set.
@@ -547,6 +570,6 @@ func (o *serveOptions) resolve(f *pflag.FlagSet) error {
 	o.flushBytes, o.flushAge, o.leaseTTL = c.FlushBytes, c.FlushAge, c.LeaseTTL
 	o.maxBodyBytes, o.shutdownTimeout, o.unreadyDelay, o.logLevel, o.etcd = c.MaxBodyBytes, c.ShutdownTimeout, c.UnreadyDelay, c.LogLevel, c.Etcd
 	o.snapshots, o.limits, o.http, o.memoryBudget = c.Snapshots, c.Limits, c.HTTP, c.MemoryBudget
-	o.iceberg = c.Iceberg
+	o.iceberg, o.columns = c.Iceberg, c.Columns
 	return nil
 }

@@ -13,7 +13,7 @@ import (
 // check refuses whatever serve's engine.NewHost would.
 func (c Config) engineOptions() engine.Options {
 	o := engine.Options{DataDir: c.DataDir, Table: c.Table, LeaseTTL: c.LeaseTTL, RequestTimeout: c.Etcd.RequestTimeout,
-		FlushBytes: c.FlushBytes, FlushAge: c.FlushAge, MemoryBudget: c.memoryBudget()}
+		FlushBytes: c.FlushBytes, FlushAge: c.FlushAge, MemoryBudget: c.memoryBudget(), Schema: c.schema()}
 	c.Limits.apply(&o)
 	return o
 }

@@ -383,7 +383,7 @@ type baseReport struct {
 }
 
 func (in *inspector) base(ctx context.Context, _ []string) error {
-	st, err := publish.LoadBase(ctx, publish.Options{Etcd: in.cli, Prefix: in.keys.Prefix, Table: in.o.table,
+	st, err := publish.LoadBase(ctx, publish.Options{Etcd: in.cli, Prefix: in.keys.Prefix, Table: in.o.table, Schema: in.o.schema,
 		DataDir: in.o.dataDir, RequestTimeout: in.timeout})
 	if err != nil {
 		return err

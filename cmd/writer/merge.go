@@ -207,7 +207,7 @@ func (o *mergeOptions) open(ctx context.Context, use dirUse, log *slog.Logger) (
 	if err != nil {
 		return nil, err
 	}
-	po := publish.Options{Etcd: meta.client, Table: o.table, DataDir: o.dataDir,
+	po := publish.Options{Etcd: meta.client, Table: o.table, DataDir: o.dataDir, Schema: o.schema,
 		FS: vfs.Default, RequestTimeout: meta.requestTimeout, Logger: log}
 	o.maintenance.apply(&po)
 	c, err := publish.New(ctx, po)

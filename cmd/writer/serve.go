@@ -19,6 +19,7 @@ import (
 
 	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/internal/etcdclient"
+	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/server"
 )
 
@@ -42,6 +43,7 @@ type serveOptions struct {
 	memoryBudget    int64
 	http            HTTPConfig
 	iceberg         IcebergConfig
+	columns         []schema.Column
 }
 
 func newServe() *cobra.Command {

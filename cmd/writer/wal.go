@@ -80,7 +80,7 @@ func (o *walOptions) prepare(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	o.dataDir, o.table, o.logLevel = cfg.DataDir, cfg.Table, cfg.LogLevel
+	o.dataDir, o.table, o.logLevel, o.schema = cfg.DataDir, cfg.Table, cfg.LogLevel, cfg.schema()
 	if _, err := vfs.Default.Stat(o.dir()); err != nil {
 		return fmt.Errorf("shard %s has no WAL: %w", o.shard, err)
 	}
@@ -96,7 +96,7 @@ func (o *walOptions) dir() string {
 // schema: bytes that pass their CRC but do not decode would fail the
 // engine's replay, so they are corruption too.
 func (o *walOptions) scan(log *slog.Logger, each func(wal.Record, engine.RecordMeta, *schema.Batch) error) (wal.ScanReport, error) {
-	sch := schema.Rollout()
+	sch := o.schema
 	return wal.Scan(wal.ScanOptions{Dir: o.dir(), Payloads: true, Segment: scanProgress(log, o.dir()),
 		Record: func(r wal.Record) error {
 			meta, b, err := engine.DecodeRecord(sch, r.Header, r.Payload)
@@ -310,7 +310,7 @@ func (d dumpRecord) metaText() string {
 
 func (o *walOptions) dump(out io.Writer, log *slog.Logger) error {
 	o.warnIfWriting(log)
-	sch := schema.Rollout()
+	sch := o.schema
 	var tw *tabwriter.Writer
 	if o.output == "table" && !o.rows {
 		tw = tabwriter.NewWriter(out, 2, 8, 2, ' ', 0)
