@@ -50,14 +50,18 @@
 //
 // The estimate is honest on purpose: it counts every string's bytes, the
 // 16-byte header each string value occupies in its column, fixed-width
-// values, the _seq and _epoch columns and the id's index entry. Insert
-// copies strings into the memtable's own arena of large slabs, so a
-// memtable never pins the buffers its input was decoded from and the
-// garbage collector sees a few slabs rather than one object per value.
-// Strings read from Rows point into that arena: a caller that keeps one
-// beyond the memtable's life keeps its slab alive, so clone what you keep.
-// Measured (TestHeapTracksBytes), the live heap a Set keeps is 1.00 to 1.16
-// times its Bytes, from rollout-sized text to tiny rows; the difference is
+// values, the _seq and _epoch columns and the id's index entry; a list row
+// counts its 8-byte offset and its elements as values, a struct its fields,
+// and every nullable level a null flag per value. Insert copies strings
+// (binary values too, in lists and structs as at the top) into the
+// memtable's own arena of large slabs, so a memtable never pins the buffers
+// its input was decoded from and the garbage collector sees a few slabs
+// rather than one object per value. Strings read from Rows point into that
+// arena: a caller that keeps one beyond the memtable's life keeps its slab
+// alive, so clone what you keep. Measured (TestHeapTracksBytes,
+// TestHeapTracksBytesOfLists), the live heap a Set keeps is 1.00 to 1.16
+// times its Bytes, from rollout-sized text to tiny rows, from thousands of
+// token ids per row to short lists of chat messages; the difference is
 // slack in growing column slices. The index is rebuilt when it has shrunk
 // to a quarter of its peak, since a Go map keeps its capacity after deletes.
 //
@@ -88,7 +92,10 @@
 //	err := set.Release(m.Generation())
 //
 // Rows, Seqs and Epochs return snapshots: slices clipped to the rows present
-// at the call, which later inserts never write into. For a sealed memtable
+// at the call, which later inserts never write into. Rows clips at every
+// level (offsets, list elements, struct fields) and copies the nested
+// vectors that hold those slices, so a reader never shares a header an
+// insert rewrites. For a sealed memtable
 // they are the final contents. For the active one, take them only under the
 // lock that serializes inserts, or accept that three separate calls may see
 // different lengths.

@@ -135,8 +135,9 @@ func (m *Memtable) appendLocked(b *schema.Batch, firstSeq, epoch uint64, charge 
 	for _, id := range b.IDs {
 		m.rows.IDs = append(m.rows.IDs, m.arena.copy(id))
 	}
+	all := []run{{0, n}}
 	for c := range m.rows.Cols {
-		appendVector(&m.rows.Cols[c], &b.Cols[c], start, n, &m.arena)
+		appendRuns(&m.rows.Cols[c], &b.Cols[c], all, &m.arena)
 	}
 	m.seqs = slices.Grow(m.seqs, n)
 	m.epochs = slices.Grow(m.epochs, n)

@@ -203,23 +203,12 @@ func (s *Set) checkLocked(b *schema.Batch, firstSeq uint64) {
 	}
 }
 
+// checkVector holds v to its column with schema's own check, which walks
+// lists' elements and structs' fields too: an insert trusts the offsets it
+// rebases and the field counts it appends.
 func checkVector(v *schema.Vector, col schema.Column, n int) error {
-	var l int
-	switch col.Type {
-	case schema.String, schema.JSON:
-		l = len(v.Str)
-	case schema.Int64:
-		l = len(v.I64)
-	case schema.Float64:
-		l = len(v.F64)
-	case schema.Bool:
-		l = len(v.Bool)
-	}
-	switch {
-	case v.Type != col.Type:
-		return fmt.Errorf("memtable: column %q has type %s, the schema says %s", col.Name, v.Type, col.Type)
-	case l != n || (v.Nulls != nil && len(v.Nulls) != n):
-		return fmt.Errorf("memtable: column %q has %d values (%d null flags) for %d rows", col.Name, l, len(v.Nulls), n)
+	if err := v.Check(col, n); err != nil {
+		return fmt.Errorf("memtable: column %q: %w", col.Name, err)
 	}
 	return nil
 }

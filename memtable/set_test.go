@@ -351,7 +351,7 @@ func TestInsertRefusesProgrammingErrors(t *testing.T) {
 
 	ragged := batch(t, "c", "d")
 	ragged.Cols[0].Str = ragged.Cols[0].Str[:1]
-	mustPanic(t, `column "prompt" has 1 values`, func() { s.Insert(ragged, 20, 1, "", 0) })
+	mustPanic(t, `memtable: column "prompt": prompt: 1 values for 2 rows`, func() { s.Insert(ragged, 20, 1, "", 0) })
 
 	other := batch(t, "e")
 	other.Schema = nil

@@ -37,6 +37,14 @@ func appendNested(vec *Vector, col *Column, i int, v any, path string) error {
 }
 
 func appendList(vec *Vector, col *Column, i int, v any, path string) error {
+	if n, ok, err := appendTyped(vec.Elem, col.Element, v, path); ok {
+		if err != nil {
+			return err
+		}
+		vec.Offsets = append(vec.Offsets, vec.Offsets[len(vec.Offsets)-1]+int64(n))
+		vec.markNull(i, false)
+		return nil
+	}
 	elems, err := listElements(v)
 	if err != nil {
 		return &pathError{path, err}
@@ -65,6 +73,53 @@ func appendList(vec *Vector, col *Column, i int, v any, path string) error {
 	}
 	vec.Offsets = append(vec.Offsets, vec.Offsets[len(vec.Offsets)-1]+int64(len(elems)))
 	vec.markNull(i, false)
+	return nil
+}
+
+// appendTyped appends the elements of a typed Go slice of the element's
+// own type (token ids as []int32, log-probabilities as []float32) without
+// boxing each into an interface; ok is false for any other value.
+func appendTyped(e *Vector, elem *Column, v any, path string) (n int, ok bool, err error) {
+	switch x := v.(type) {
+	case []int32:
+		if elem.Type != Int32 {
+			return 0, false, nil
+		}
+		if err := checkTypedLen(len(x), 4, path); err != nil {
+			return 0, true, err
+		}
+		e.I32 = append(e.I32, x...)
+		n = len(x)
+	case []float32:
+		if elem.Type != Float32 {
+			return 0, false, nil
+		}
+		if err := checkTypedLen(len(x), 4, path); err != nil {
+			return 0, true, err
+		}
+		for j, f := range x {
+			if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
+				return 0, true, &pathError{fmt.Sprintf("%s[%d]", path, j), fmt.Errorf("want a finite float32, got %v", f)}
+			}
+		}
+		e.F32 = append(e.F32, x...)
+		n = len(x)
+	default:
+		return 0, false, nil
+	}
+	if e.Nulls != nil {
+		e.Nulls = append(e.Nulls, make([]bool, n)...)
+	}
+	return n, true, nil
+}
+
+func checkTypedLen(n, width int, path string) error {
+	switch {
+	case n > MaxListElements:
+		return &pathError{path, fmt.Errorf("list of %d elements is longer than the limit of %d (schema.MaxListElements)", n, MaxListElements)}
+	case int64(n)*int64(width) > MaxValueBytes:
+		return &pathError{path, fmt.Errorf("list of more than %d bytes is longer than the limit (schema.MaxValueBytes)", MaxValueBytes)}
+	}
 	return nil
 }
 

@@ -166,7 +166,7 @@ func (v *Vector) check(col *Column, n int, path string) error {
 	}
 	switch v.Type {
 	case List:
-		if v.Elem == nil || v.Offsets[0] != 0 {
+		if v.Elem == nil || len(v.Offsets) == 0 || v.Offsets[0] != 0 {
 			return fmt.Errorf("%s: malformed list vector", path)
 		}
 		for i := range n {
