@@ -295,3 +295,36 @@ func readPeer(path string) error {
 	}
 	return err
 }
+
+// BenchmarkNested writes and reads rows of every nested shape (nestedTypes:
+// every primitive, lists of each, structs, lists of structs).
+func BenchmarkNested(b *testing.B) {
+	s := nestedTypes(b)
+	d := nestedRows(b, s, 20_000, 1, 0)
+	dir := b.TempDir()
+	opts := Options{FS: vfs.Default}
+	var f File
+	b.Run("write", func(b *testing.B) {
+		for b.Loop() {
+			var err error
+			if f, err = Write(context.Background(), opts, dir, s, testMeta(), d); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			if err := os.Remove(f.Path); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+		b.ReportMetric(float64(d.Rows.Len())*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+	})
+	f = mustWrite(b, opts, dir, s, testMeta(), d)
+	b.Run("read", func(b *testing.B) {
+		for b.Loop() {
+			if _, _, err := Read(vfs.Default, f.Path, s); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(d.Rows.Len())*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+	})
+}

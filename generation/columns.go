@@ -40,7 +40,7 @@ func (e *columnEncoder) writeRowGroup(ctx context.Context, cw []*parquet.ColumnW
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := e.writeVector(cw[i+1], i+1, c.Nullable, &b.Cols[i], lo, hi); err != nil {
+		if err := e.writeColumn(cw, lay, i, c.Nullable, &b.Cols[i], lo, hi); err != nil {
 			return err
 		}
 	}
@@ -50,16 +50,36 @@ func (e *columnEncoder) writeRowGroup(ctx context.Context, cw []*parquet.ColumnW
 	return e.writeUints(cw[lay.epochIndex], lay.epochIndex, d.Epoch, lo, hi)
 }
 
+// writeColumn writes rows [lo, hi) of user column i: its one leaf, or each
+// leaf of a list or struct.
+func (e *columnEncoder) writeColumn(cw []*parquet.ColumnWriter, lay *layout, i int, nullable bool, v *schema.Vector, lo, hi int) error {
+	leaves := lay.nested[i]
+	if leaves == nil {
+		col := lay.first[i]
+		return e.writeVector(cw[col], col, nullable, v, lo, hi)
+	}
+	for l := range leaves {
+		if err := e.writeNested(cw[leaves[l].index], &leaves[l], v, lo, hi); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (e *columnEncoder) writeVector(w *parquet.ColumnWriter, col int, nullable bool, v *schema.Vector, lo, hi int) error {
 	switch v.Type {
-	case schema.String, schema.JSON:
+	case schema.String, schema.JSON, schema.Binary:
 		return e.writeStrings(w, col, v.Str, v.Nulls, nullable, lo, hi)
-	case schema.Int64:
+	case schema.Int64, schema.Timestamp:
 		return writeFixed(e, w, col, v.I64, v.Nulls, nullable, lo, hi, parquet.Int64Value)
 	case schema.Float64:
 		return writeFixed(e, w, col, v.F64, v.Nulls, nullable, lo, hi, parquet.DoubleValue)
 	case schema.Bool:
 		return writeFixed(e, w, col, v.Bool, v.Nulls, nullable, lo, hi, parquet.BooleanValue)
+	case schema.Int32:
+		return writeFixed(e, w, col, v.I32, v.Nulls, nullable, lo, hi, parquet.Int32Value)
+	case schema.Float32:
+		return writeFixed(e, w, col, v.F32, v.Nulls, nullable, lo, hi, parquet.FloatValue)
 	}
 	return nil // checkData refused other types
 }

@@ -45,8 +45,14 @@ func (g *openFile) decode() (Data, error) {
 	return d, g.checkRows(d)
 }
 
-// checkRows holds the rows to what the footer promises.
+// checkRows holds the rows to what the footer promises, and every vector
+// to the schema (list lengths, nulls where allowed).
 func (g *openFile) checkRows(d Data) error {
+	for i, c := range g.schema.Columns {
+		if err := d.Rows.Cols[i].Check(c, d.Rows.Len()); err != nil {
+			return fmt.Errorf("column %q: %w", c.Name, err)
+		}
+	}
 	m := &g.meta
 	for i, id := range d.Rows.IDs {
 		if id == "" || len(id) > schema.MaxIDBytes {
@@ -78,6 +84,10 @@ func (g *openFile) sinks(d *Data) []sink {
 		return nil
 	}}
 	for i := range b.Cols {
+		if leaves := g.lay.nested[i]; leaves != nil {
+			sinks = append(sinks, nestedSinks(leaves, &b.Cols[i])...)
+			continue
+		}
 		sinks = append(sinks, vectorSink(&b.Cols[i], int(g.meta.Rows)))
 	}
 	uints := func(dst *[]uint64) sink {
@@ -107,25 +117,30 @@ func vectorSink(v *schema.Vector, rows int) sink {
 		}
 		row++
 		switch v.Type {
-		case schema.String, schema.JSON:
+		case schema.String, schema.JSON, schema.Binary:
 			s := ""
 			if !null {
 				s = string(val.ByteArray())
 			}
 			v.Str = append(v.Str, s)
-		case schema.Int64:
+		case schema.Int64, schema.Timestamp:
 			v.I64 = append(v.I64, val.Int64())
 		case schema.Float64:
 			v.F64 = append(v.F64, val.Double())
 		case schema.Bool:
 			v.Bool = append(v.Bool, val.Boolean())
+		case schema.Int32:
+			v.I32 = append(v.I32, val.Int32())
+		case schema.Float32:
+			v.F32 = append(v.F32, val.Float())
 		}
 		return nil
 	}
 }
 
 // readChunk feeds every value of a column chunk to s and returns how many
-// rows it held (one value per row: no column is repeated).
+// rows it held: values at repetition level 0 (every value of a leaf that
+// does not repeat).
 func readChunk(chunk parquet.ColumnChunk, s sink, buf []parquet.Value) (int64, error) {
 	pages := chunk.Pages()
 	defer pages.Close()
@@ -153,11 +168,18 @@ func readPage(page parquet.Page, s sink, buf []parquet.Value) (int64, error) {
 	for {
 		n, err := values.ReadValues(buf)
 		for _, v := range buf[:n] {
+			if v.RepetitionLevel() == 0 {
+				rows++
+			} else if rows == 0 {
+				// Write never splits a row across pages (a v2 page must
+				// not; parquet-go checks those itself), so neither across
+				// row groups: a leaf's rows stay aligned with the others'.
+				return rows, errors.New("a page begins inside a row")
+			}
 			if err := s(v); err != nil {
 				return rows, err
 			}
 		}
-		rows += int64(n)
 		if err == io.EOF {
 			return rows, nil
 		}

@@ -34,11 +34,16 @@
 //	└────────────────────────────────────────────────────────────────┘
 //
 // id is a required UTF-8 string; String and JSON columns are strings (JSON
-// with the JSON logical type), Int64 is INT64, Float64 is DOUBLE, Bool is
-// BOOLEAN, each optional when the column is nullable; _seq and _epoch are
-// required unsigned 64-bit integers, DELTA_BINARY_PACKED. Rows keep the order
-// of the Batch. The default codec is Snappy produced by s2's fast encoder
-// (see fastSnappy).
+// with the JSON logical type), Int64 is INT64, Int32 INT32, Float64 DOUBLE,
+// Float32 FLOAT, Bool BOOLEAN, Binary a BYTE_ARRAY without annotation,
+// Timestamp INT64 TIMESTAMP(isAdjustedToUTC=true, MICROS); a list is the
+// standard three-level LIST group and a struct a group of its fields in
+// declared order (layout.go). Every level is optional when the column, the
+// list element or the struct field is nullable; nested.go has the
+// repetition and definition levels. _seq and _epoch are required unsigned
+// 64-bit integers, DELTA_BINARY_PACKED. Rows keep the order of the Batch.
+// The default codec is Snappy produced by s2's fast encoder (see
+// fastSnappy).
 //
 // # Names
 //

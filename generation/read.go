@@ -89,6 +89,7 @@ type openFile struct {
 	pf     *parquet.File
 	meta   Meta
 	schema *schema.Schema
+	lay    *layout
 }
 
 func (g *openFile) close() { _ = g.f.Close() }
@@ -232,7 +233,7 @@ func (g *openFile) validate(want *schema.Schema) error {
 	if !parquet.EqualNodes(g.pf.Schema(), lay.schema) {
 		return fmt.Errorf("parquet columns do not match the stored schema: file has %v", g.pf.Schema())
 	}
-	g.meta, g.schema = m, stored
+	g.meta, g.schema, g.lay = m, stored, lay
 	if want != nil {
 		g.schema = want // the caller's schema object in the Batch it gets
 	}

@@ -6,10 +6,11 @@ import (
 	"github.com/parquet-go/parquet-go"
 )
 
-// StatisticsPrefixBytes bounds the min and max of a byte-array column (id,
-// string and json) wherever the file records them: the statistics of each
-// page header, the column index, and the column chunk statistics in the
-// footer. A value up to this length is recorded exactly; a longer one by a
+// StatisticsPrefixBytes bounds the min and max of a byte-array leaf (id,
+// string, json and binary, at any depth: list elements and struct fields
+// too) wherever the file records them: the statistics of each page header,
+// the column index, and the column chunk statistics in the footer. A value
+// up to this length is recorded exactly; a longer one by a
 // prefix, following Parquet's convention for truncated bounds (parquet-java's
 // BinaryTruncator):
 //
@@ -20,9 +21,13 @@ import (
 //     incremented), so it sorts after every value of the page.
 //
 // Truncated bounds stay valid UTF-8 for UTF-8 values. Bytes that are not
-// UTF-8 fall back to a byte prefix with its last byte below 0xFF
-// incremented; a max whose first StatisticsPrefixBytes bytes are all 0xFF
-// is kept whole (schema validation admits only UTF-8, so it does not occur).
+// UTF-8 (binary columns) fall back to a byte prefix with its last byte
+// below 0xFF incremented. A max whose first StatisticsPrefixBytes bytes are
+// all 0xFF has no shorter bound and is kept whole: it cannot be text, and a
+// binary leaf's pages carry no statistics in their headers (see
+// binaryLeaves), so such a value lands only in the column index (once per
+// page) and the footer (once per row group), never in a page header
+// (TestHugeBinaryReadsInPyarrow).
 //
 // Without this bound parquet-go writes the whole value up to four times (min,
 // max and their deprecated copies) into the
@@ -113,18 +118,24 @@ func incrementBytes(p []byte) ([]byte, bool) {
 // holds a bound of at most StatisticsPrefixBytes bytes, and the chunk
 // statistics, the min and max of the pages' bounds, stay bounds.
 
-// truncatedStats wraps the byte-array leaves of root (a group) so that
-// their pages report truncated bounds.
+// truncatedStats wraps the byte-array leaves of root (a group), at every
+// depth, so that their pages report truncated bounds.
 func truncatedStats(root parquet.Node) parquet.Node {
-	fields := root.Fields()
+	return &boundedGroup{Node: root, fields: boundedFields(root.Fields())}
+}
+
+func boundedFields(fields []parquet.Field) []parquet.Field {
 	out := make([]parquet.Field, len(fields))
 	for i, f := range fields {
-		if f.Leaf() && f.Type().Kind() == parquet.ByteArray {
+		switch {
+		case !f.Leaf():
+			f = &boundedGroupField{Field: f, fields: boundedFields(f.Fields())}
+		case f.Type().Kind() == parquet.ByteArray:
 			f = &boundedField{Field: f, typ: boundedType{Type: f.Type()}}
 		}
 		out[i] = f
 	}
-	return &boundedGroup{Node: root, fields: out}
+	return out
 }
 
 type boundedGroup struct {
@@ -133,6 +144,14 @@ type boundedGroup struct {
 }
 
 func (g *boundedGroup) Fields() []parquet.Field { return g.fields }
+
+// boundedGroupField is a struct or list inside the schema.
+type boundedGroupField struct {
+	parquet.Field
+	fields []parquet.Field
+}
+
+func (g *boundedGroupField) Fields() []parquet.Field { return g.fields }
 
 type boundedField struct {
 	parquet.Field
@@ -168,4 +187,20 @@ func truncatedValue(v parquet.Value, truncate func([]byte, int) []byte) parquet.
 	}
 	return parquet.ByteArrayValue(truncate(b, StatisticsPrefixBytes)).
 		Level(v.RepetitionLevel(), v.DefinitionLevel(), v.Column())
+}
+
+// binaryLeaves returns the paths of the binary leaves, at every depth. Their
+// pages carry no statistics in their headers: the bounds of a page are in
+// the column index, and a binary max may have no short bound (see
+// StatisticsPrefixBytes) that would otherwise be repeated in a page header,
+// which pyarrow caps at 16 MiB.
+func (lay *layout) binaryLeaves() [][]string {
+	var paths [][]string
+	for _, path := range lay.schema.Columns() {
+		lc, _ := lay.schema.Lookup(path...)
+		if t := lc.Node.Type(); t.Kind() == parquet.ByteArray && t.LogicalType() == nil {
+			paths = append(paths, path)
+		}
+	}
+	return paths
 }

@@ -238,42 +238,8 @@ func checkData(s *schema.Schema, d Data) error {
 		}
 	}
 	for i, c := range s.Columns {
-		if err := checkVector(c, &b.Cols[i], b.Len()); err != nil {
+		if err := b.Cols[i].Check(c, b.Len()); err != nil {
 			return fmt.Errorf("column %q: %w", c.Name, err)
-		}
-	}
-	return nil
-}
-
-func checkVector(c schema.Column, v *schema.Vector, n int) error {
-	if v.Type != c.Type {
-		return fmt.Errorf("vector of type %v, schema says %v", v.Type, c.Type)
-	}
-	var got int
-	switch c.Type {
-	case schema.String, schema.JSON:
-		got = len(v.Str)
-	case schema.Int64:
-		got = len(v.I64)
-	case schema.Float64:
-		got = len(v.F64)
-	case schema.Bool:
-		got = len(v.Bool)
-	}
-	if got != n {
-		return fmt.Errorf("%d values for %d rows", got, n)
-	}
-	if v.Nulls == nil {
-		return nil
-	}
-	if len(v.Nulls) != n {
-		return fmt.Errorf("%d null flags for %d rows", len(v.Nulls), n)
-	}
-	if !c.Nullable {
-		for i, null := range v.Nulls {
-			if null {
-				return fmt.Errorf("row %d is null in a column that is not nullable", i)
-			}
 		}
 	}
 	return nil
@@ -322,14 +288,18 @@ func encode(ctx context.Context, w io.Writer, opts Options, lay *layout, s *sche
 	codec, _ := codecFor(opts.Codec)
 	options := []parquet.WriterOption{
 		// Byte-array bounds truncated to StatisticsPrefixBytes in page
-		// headers, column index and chunk statistics (see stats.go); the
-		// column index limit is the same, so parquet-go's own byte-wise
-		// truncation never cuts them further.
+		// headers, column index and chunk statistics (see stats.go). No
+		// column index limit: parquet-go's own byte-wise cut would leave
+		// the bounds alone, but turn a max that has no shorter bound into
+		// one that is not a bound.
 		parquet.NewSchema(parquetSchemaName, truncatedStats(lay.schema)),
-		parquet.ColumnIndexSizeLimit(func([]string) int { return StatisticsPrefixBytes }),
+		parquet.ColumnIndexSizeLimit(func([]string) int { return 0 }),
 		parquet.Compression(codec),
 		parquet.PageBufferSize(opts.PageBufferSize),
 		parquet.BloomFilters(parquet.SplitBlockFilter(bloomBitsPerValue, schema.IDColumn)),
+	}
+	for _, path := range lay.binaryLeaves() {
+		options = append(options, parquet.SkipPageStatistics(path...))
 	}
 	for _, p := range kv {
 		options = append(options, parquet.KeyValueMetadata(p[0], p[1]))
