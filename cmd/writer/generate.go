@@ -21,6 +21,7 @@ import (
 	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/internal/etcdclient"
 	"github.com/rollwal/rollwal/internal/rolloutgen"
+	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/wal"
 )
 
@@ -36,6 +37,7 @@ type generateOptions struct {
 	compression string
 	output      string
 	verbose     bool
+	schema      string // rollout or rl
 	etcd        etcdclient.Config
 }
 
@@ -63,6 +65,7 @@ func newGenerate() *cobra.Command {
 	f.StringVar(&o.compression, "wal-compression", "s2", "WAL compression: none, s2 or zstd")
 	f.StringVarP(&o.output, "output", "o", "table", "output: table or json")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "log progress")
+	f.StringVar(&o.schema, "schema", "rollout", "rows to generate: rollout (the default schema: prompt and completion text) or rl (token ids, log-probabilities, chat messages)")
 	addEtcdFlags(f, &o.etcd)
 	return cmd
 }
@@ -79,6 +82,8 @@ func (o *generateOptions) validate() error {
 		return fmt.Errorf("--producers %d: need at least 1", o.producers)
 	case o.output != "table" && o.output != "json":
 		return fmt.Errorf("--output %q: want table or json", o.output)
+	case o.schema != "rollout" && o.schema != "rl":
+		return fmt.Errorf("--schema %q: want rollout or rl", o.schema)
 	}
 	return nil
 }
@@ -116,7 +121,7 @@ func (o *generateOptions) run(ctx context.Context, out io.Writer) error {
 	host, err := engine.NewHost(engine.Options{
 		DataDir: o.dataDir, Table: o.table, Etcd: meta.client, Logger: log, RequestTimeout: meta.requestTimeout,
 		Snapshots:  snaps,
-		FlushBytes: o.flushBytes, WALCompression: comp, BudgetWait: 30 * time.Second,
+		FlushBytes: o.flushBytes, WALCompression: comp, BudgetWait: 30 * time.Second, Schema: o.tableSchema(),
 	})
 	if err != nil {
 		return err
@@ -207,7 +212,11 @@ func (o *generateOptions) produce(ctx context.Context, sh *engine.Shard, gen *ro
 			return stored, dups, context.Cause(ctx)
 		}
 		k := min(o.batch, n-done)
-		res, err := sh.Append(ctx, gen.Rows(k), engine.Source{Name: source, Offset: int64(done + k)})
+		rows := gen.Rows
+		if o.schema == "rl" {
+			rows = gen.RLRows
+		}
+		res, err := sh.Append(ctx, rows(k), engine.Source{Name: source, Offset: int64(done + k)})
 		if err != nil {
 			return stored, dups, err
 		}
@@ -216,6 +225,14 @@ func (o *generateOptions) produce(ctx context.Context, sh *engine.Shard, gen *ro
 		done += k
 	}
 	return stored, dups, nil
+}
+
+// tableSchema is the schema of the rows --schema generates.
+func (o *generateOptions) tableSchema() *schema.Schema {
+	if o.schema == "rl" {
+		return rolloutgen.RLSchema()
+	}
+	return schema.Rollout()
 }
 
 func statuses(h *engine.Host) []engine.Status {
