@@ -218,15 +218,26 @@ func (e *columnEncoder) writeNested(w *parquet.ColumnWriter, l *nestedLeaf, v *s
 			buf, size = e.reuse(buf), 0
 		}
 	}
-	return e.flush(w, buf)
+	err := e.flush(w, buf)
+	e.reuse(buf)
+	return err
 }
 
-// reuse returns buf emptied, its references to the batch dropped; a buffer
-// that a long row grew is let go, so that it does not outlive the write.
+// maxKeptValues bounds the buffer the encoder keeps between chunks: long
+// rows (thousands of tokens) grow it, and growing it afresh for every such
+// row cost more than the rest of the write (BenchmarkFlushRL). A row
+// longer than this gets a buffer of its own, let go after its chunk.
+const maxKeptValues = 64 << 10
+
+// reuse returns buf emptied, its references to the batch dropped, and keeps
+// it for the next chunks when it is not too large.
 func (e *columnEncoder) reuse(buf []parquet.Value) []parquet.Value {
 	clear(buf)
-	if cap(buf) > maxChunkValues {
+	if cap(buf) > maxKeptValues {
 		return e.buf[:0]
+	}
+	if cap(buf) > cap(e.buf) {
+		e.buf = buf[:0]
 	}
 	return buf[:0]
 }
