@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rollwal/rollwal/memtable"
+	"github.com/rollwal/rollwal/shardmeta"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
@@ -24,6 +25,9 @@ type Host struct {
 	// the shard, and a standby must answer Shard and Shards meanwhile.
 	openMu sync.Mutex
 	lease  *lease
+	// schemaChecked is set once the table's schema record holds the
+	// configured columns (shardmeta.EnsureSchema); guarded by openMu.
+	schemaChecked bool
 
 	mu      sync.Mutex // guards shards and closing
 	shards  map[string]*Shard
@@ -72,6 +76,9 @@ func (h *Host) Open(ctx context.Context, name string) (*Shard, error) {
 	case open:
 		return s, nil
 	}
+	if err := h.checkSchema(ctx); err != nil {
+		return nil, err
+	}
 	s, l, err := h.openOnLease(ctx, name)
 	if err != nil {
 		return nil, err
@@ -86,6 +93,21 @@ func (h *Host) Open(ctx context.Context, name string) (*Shard, error) {
 		s.stop(fmt.Errorf("%w: shard %s: the writer's lease was lost", ErrFenced, name))
 	}
 	return s, nil
+}
+
+// checkSchema holds the configured columns to the table's schema record
+// before the first claim: a writer configured with other columns fails
+// closed, naming the difference. The caller holds openMu.
+func (h *Host) checkSchema(ctx context.Context) error {
+	if h.schemaChecked {
+		return nil
+	}
+	keys := shardmeta.Keys{Prefix: h.opts.Prefix, Table: h.opts.Table}
+	if _, err := shardmeta.EnsureSchema(ctx, h.opts.Etcd, keys, h.opts.Schema, h.opts.RequestTimeout); err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	h.schemaChecked = true
+	return nil
 }
 
 // leaseAttempts bounds the claims of one Open that find the lease gone.

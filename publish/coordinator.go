@@ -213,6 +213,9 @@ func New(ctx context.Context, opts Options) (*Coordinator, error) {
 	if err := keys.Validate(); err != nil {
 		return nil, err
 	}
+	if _, err := shardmeta.EnsureSchema(ctx, opts.Etcd, keys, opts.Schema, opts.RequestTimeout); err != nil {
+		return nil, fmt.Errorf("publish: %w", err)
+	}
 	// Absolute: Iceberg metadata names files by absolute location.
 	baseDir, err := filepath.Abs(filepath.Join(opts.DataDir, opts.Table, "base"))
 	if err != nil {
