@@ -8,17 +8,17 @@ import (
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/rollwal/rollwal/schema"
 )
 
-// An Arrow stream becomes schema rows, not a columnar batch: a Shard does not
-// expose its table schema, and going through sh.Append lets the engine's one
-// validation (types, nullability, unknown columns) judge Arrow and NDJSON
-// alike.
+// An Arrow stream becomes schema rows, not a columnar batch: going through
+// sh.Append lets the engine's one validation (values, nullability, lists'
+// lengths) judge Arrow and NDJSON alike. The stream's types are checked
+// against the table's schema first (arrowtypes.go), so that a column of a
+// type that does not fit is refused naming both types, before any value.
 
 // errTooManyRows marks a request with more rows than Options.MaxRows. It is
 // checked while decoding, because a compact body (an Arrow column of short
@@ -26,24 +26,17 @@ import (
 // engine's own limit is reached.
 var errTooManyRows = errors.New("too many rows")
 
-// acceptedArrow are the Arrow types a column may have. Schema validation
-// decides what each is worth for a column (an int32 becomes an int64, a
-// string in a json column must hold JSON text).
-var acceptedArrow = map[arrow.Type]bool{
-	arrow.STRING: true, arrow.LARGE_STRING: true, arrow.STRING_VIEW: true,
-	arrow.INT8: true, arrow.INT16: true, arrow.INT32: true, arrow.INT64: true,
-	arrow.UINT8: true, arrow.UINT16: true, arrow.UINT32: true,
-	arrow.FLOAT32: true, arrow.FLOAT64: true, arrow.BOOL: true, arrow.NULL: true,
-}
-
-const acceptedArrowNames = "utf8, large_utf8, utf8_view, int8–int64, uint8–uint32, float32, float64, bool or null"
+// idColumn is the column the id is read as.
+var idColumn = &schema.Column{Name: schema.IDColumn, Type: schema.String}
 
 // arrowError locates a stream that cannot be decoded as precisely as
-// known; batch and row are -1 and column is empty where they do not apply.
+// known; batch and row are -1 and column and path are empty where they do
+// not apply. path is inside the column's value (messages[3].role), or
+// inside its type (messages[].role).
 type arrowError struct {
-	batch, row int
-	column     string
-	err        error
+	batch, row   int
+	column, path string
+	err          error
 }
 
 func (e *arrowError) Error() string {
@@ -55,7 +48,7 @@ func (e *arrowError) Error() string {
 		where = append(where, fmt.Sprintf("row %d", e.row))
 	}
 	if e.column != "" {
-		where = append(where, fmt.Sprintf("column %q", e.column))
+		where = append(where, fmt.Sprintf("column %q%s", e.column, at(e.path)))
 	}
 	if len(where) == 0 {
 		return e.err.Error()
@@ -67,7 +60,7 @@ func (e *arrowError) Unwrap() error { return e.err }
 
 // api is the error's answer body.
 func (e *arrowError) api() apiError {
-	out := apiError{Error: e.Error(), Column: e.column}
+	out := apiError{Error: e.Error(), Column: e.column, Path: e.path}
 	if e.batch >= 0 {
 		out.RecordBatch = &e.batch
 	}
@@ -90,7 +83,7 @@ func (a *arrowRows) locate(re *schema.RowError) (apiError, bool) {
 		return apiError{}, false
 	}
 	b := sort.SearchInts(a.starts, re.Row+1) - 1
-	e := &arrowError{batch: b, row: re.Row - a.starts[b], column: re.Column, err: errors.New(re.Reason)}
+	e := &arrowError{batch: b, row: re.Row - a.starts[b], column: re.Column, path: innerPath(re), err: errors.New(re.Reason)}
 	return e.api(), true
 }
 
@@ -106,10 +99,10 @@ type arrowLimits struct {
 	size          int64
 }
 
-// decodeArrow reads an Arrow IPC stream whose columns are "id" and table
-// columns, within lim; mem allocates the stream's buffers, and no row
-// refers to them afterwards.
-func decodeArrow(body io.Reader, mem memory.Allocator, lim arrowLimits) (out *arrowRows, err error) {
+// decodeArrow reads an Arrow IPC stream whose columns are "id" and columns
+// of sc, within lim; mem allocates the stream's buffers, and no row refers
+// to them afterwards.
+func decodeArrow(body io.Reader, sc *schema.Schema, mem memory.Allocator, lim arrowLimits) (out *arrowRows, err error) {
 	batch := -1
 	defer func() {
 		// arrow-go builds arrays over untrusted buffers and documents that
@@ -131,12 +124,13 @@ func decodeArrow(body io.Reader, mem memory.Allocator, lim arrowLimits) (out *ar
 		return nil, &arrowError{batch: -1, row: -1, err: fmt.Errorf("not an Arrow IPC stream: %w", err)}
 	}
 	defer rd.Release()
-	if err := checkArrowSchema(rd.Schema()); err != nil {
+	if err := checkArrowSchema(rd.Schema(), sc); err != nil {
 		return nil, err
 	}
 	out = &arrowRows{}
+	vr := newValueReader(lim.decoded)
 	for batch = 0; rd.Next(); batch++ {
-		if err := out.add(rd.RecordBatch(), batch, lim.rows); err != nil {
+		if err := out.add(rd.RecordBatch(), sc, vr, batch, lim.rows); err != nil {
 			return nil, err
 		}
 	}
@@ -159,18 +153,14 @@ func checkEnd(body io.Reader) error {
 	return nil
 }
 
-// checkArrowSchema refuses a stream whose columns could not become rows:
-// no string id, a column twice (a row is a map), an unaccepted type.
-func checkArrowSchema(sc *arrow.Schema) error {
+// checkArrowSchema refuses a stream whose columns could not become rows of
+// sc: no string id, a column twice (a row is a map), a column sc does not
+// have or whose type does not fit it.
+func checkArrowSchema(as *arrow.Schema, sc *schema.Schema) error {
 	seen := map[string]bool{}
-	for _, f := range sc.Fields() {
-		switch {
-		case seen[f.Name]:
-			return &arrowError{batch: -1, row: -1, column: f.Name, err: errors.New("column appears twice in the stream's schema")}
-		case !acceptedArrow[f.Type.ID()]:
-			return &arrowError{batch: -1, row: -1, column: f.Name, err: fmt.Errorf("Arrow type %s is not accepted; send %s", f.Type, acceptedArrowNames)}
-		case f.Name == schema.IDColumn && !isArrowString(f.Type.ID()):
-			return &arrowError{batch: -1, row: -1, column: f.Name, err: fmt.Errorf("the id column has Arrow type %s; want utf8, large_utf8 or utf8_view", f.Type)}
+	for _, f := range as.Fields() {
+		if err := checkArrowField(f, sc, seen); err != nil {
+			return err
 		}
 		seen[f.Name] = true
 	}
@@ -180,30 +170,62 @@ func checkArrowSchema(sc *arrow.Schema) error {
 	return nil
 }
 
+func checkArrowField(f arrow.Field, sc *schema.Schema, seen map[string]bool) error {
+	fail := func(err error) error { return &arrowError{batch: -1, row: -1, column: f.Name, err: err} }
+	if seen[f.Name] {
+		return fail(errors.New("column appears twice in the stream's schema"))
+	}
+	if f.Name == schema.IDColumn {
+		if !isArrowString(f.Type.ID()) {
+			return fail(fmt.Errorf("the id column has Arrow type %s; want utf8, large_utf8 or utf8_view", f.Type))
+		}
+		return nil
+	}
+	c := sc.Index(f.Name)
+	if c < 0 {
+		return fail(errors.New("unknown column: the table's schema has no column of this name"))
+	}
+	err := fitArrow(f.Type, &sc.Columns[c], f.Name)
+	var te *typeError
+	if !errors.As(err, &te) {
+		return err
+	}
+	e := &arrowError{batch: -1, row: -1, column: f.Name, path: te.path, err: te.err}
+	if e.path == f.Name {
+		e.path = "" // the column's own type
+	}
+	return e
+}
+
 func isArrowString(t arrow.Type) bool {
 	return t == arrow.STRING || t == arrow.LARGE_STRING || t == arrow.STRING_VIEW
 }
 
-// add appends the rows of record batch b.
-func (a *arrowRows) add(rec arrow.RecordBatch, b, maxRows int) error {
+// add appends the rows of record batch b, whose columns are sc's.
+func (a *arrowRows) add(rec arrow.RecordBatch, sc *schema.Schema, vr *valueReader, b, maxRows int) error {
 	n := rec.NumRows()
 	if int64(len(a.rows))+n > int64(maxRows) {
 		return &arrowError{batch: b, row: -1, err: fmt.Errorf("%w: more than %d rows in the request", errTooManyRows, maxRows)}
 	}
+	names := make([]string, rec.NumCols())
 	gets := make([]getter, rec.NumCols())
-	for c, col := range rec.Columns() {
-		g, err := getterOf(col, int(n))
+	for c, arr := range rec.Columns() {
+		names[c] = rec.ColumnName(c)
+		g, err := vr.getter(arr, columnOf(sc, names[c]), int(n))
 		if err != nil {
-			return &arrowError{batch: b, row: -1, column: rec.ColumnName(c), err: err}
+			return located(err, b, -1, names[c])
 		}
 		gets[c] = g
 	}
 	a.starts = append(a.starts, len(a.rows))
-	fields := rec.Schema().Fields()
 	for i := range int(n) {
 		row := make(schema.Row, len(gets))
 		for c, get := range gets {
-			row[fields[c].Name] = get(i)
+			v, err := get(i)
+			if err != nil {
+				return located(err, b, i, names[c])
+			}
+			row[names[c]] = v
 		}
 		if row[schema.IDColumn] == nil {
 			return &arrowError{batch: b, row: i, column: schema.IDColumn, err: errors.New("id is null")}
@@ -213,90 +235,25 @@ func (a *arrowRows) add(rec arrow.RecordBatch, b, maxRows int) error {
 	return nil
 }
 
-// getter returns row i of a column as the Go value schema validation
-// expects, or nil for null.
-type getter func(i int) any
-
-// getterOf checks the buffers of an array of at least n values that the
-// IPC reader does not check (validity bitmaps, string offsets) and returns
-// its getter.
-func getterOf(arr arrow.Array, n int) (getter, error) {
-	if arr.Len() < n {
-		return nil, fmt.Errorf("column holds %d values for %d rows", arr.Len(), n)
+// columnOf is the column of sc, or the id column, that checkArrowSchema
+// let name through.
+func columnOf(sc *schema.Schema, name string) *schema.Column {
+	if name == schema.IDColumn {
+		return idColumn
 	}
-	bitmap := arr.NullBitmapBytes()
-	if len(bitmap) > 0 && len(bitmap)*8 < arr.Data().Offset()+arr.Len() {
-		return nil, errors.New("validity bitmap is shorter than the column")
-	}
-	get, err := valueGetter(arr)
-	if err != nil || len(bitmap) == 0 {
-		return get, err
-	}
-	return func(i int) any {
-		if arr.IsNull(i) {
-			return nil
-		}
-		return get(i)
-	}, nil
+	return &sc.Columns[sc.Index(name)]
 }
 
-// valueGetter reads the values of an array, widening integers and floats
-// to the int64 and float64 that schema validation takes.
-func valueGetter(arr arrow.Array) (getter, error) {
-	switch a := arr.(type) {
-	case *array.String:
-		return stringGetter(a)
-	case *array.LargeString:
-		return stringGetter(a)
-	case *array.StringView:
-		return stringGetter(a)
-	case *array.Int64:
-		return func(i int) any { return a.Value(i) }, nil
-	case *array.Int32:
-		return func(i int) any { return int64(a.Value(i)) }, nil
-	case *array.Int16:
-		return func(i int) any { return int64(a.Value(i)) }, nil
-	case *array.Int8:
-		return func(i int) any { return int64(a.Value(i)) }, nil
-	case *array.Uint32:
-		return func(i int) any { return int64(a.Value(i)) }, nil
-	case *array.Uint16:
-		return func(i int) any { return int64(a.Value(i)) }, nil
-	case *array.Uint8:
-		return func(i int) any { return int64(a.Value(i)) }, nil
-	case *array.Float64:
-		return func(i int) any { return a.Value(i) }, nil
-	case *array.Float32:
-		return func(i int) any { return float64(a.Value(i)) }, nil
-	case *array.Boolean:
-		return boolGetter(a)
-	case *array.Null:
-		return func(int) any { return nil }, nil
-	}
-	return nil, fmt.Errorf("Arrow type %s is not accepted; send %s", arr.DataType(), acceptedArrowNames)
-}
-
-type stringArray interface {
-	arrow.Array
-	Value(i int) string
-	ValidateFull() error
-}
-
-// stringGetter copies each value out, so that rows never point into the
-// allocator's buffers once the stream is released.
-func stringGetter(a stringArray) (getter, error) {
-	if err := a.ValidateFull(); err != nil {
-		return nil, err
-	}
-	return func(i int) any { return strings.Clone(a.Value(i)) }, nil
-}
-
-func boolGetter(a *array.Boolean) (getter, error) {
-	if a.Len() > 0 {
-		vals := a.Data().Buffers()[1]
-		if vals == nil || vals.Len()*8 < a.Data().Offset()+a.Len() {
-			return nil, errors.New("bool values buffer is shorter than the column")
+// located is err of column at row i of record batch b (-1: no row), at
+// the path inside the column's value that a valueError names.
+func located(err error, b, i int, column string) error {
+	e := &arrowError{batch: b, row: i, column: column, err: err}
+	var ve *valueError
+	if errors.As(err, &ve) {
+		e.err = ve.err
+		if ve.path != "" {
+			e.path = column + ve.path
 		}
 	}
-	return func(i int) any { return a.Value(i) }, nil
+	return e
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	flatbuffers "github.com/google/flatbuffers/go"
 
 	"github.com/rollwal/rollwal/engine"
+	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/wal"
 )
 
@@ -80,16 +82,60 @@ func appendValue(t testing.TB, b array.Builder, v any) {
 		b.Append(v.(string))
 	case *array.LargeStringBuilder:
 		b.Append(v.(string))
+	case *array.StringViewBuilder:
+		b.Append(v.(string))
 	case *array.Int64Builder:
 		b.Append(v.(int64))
 	case *array.Int32Builder:
 		b.Append(v.(int32))
+	case *array.Int16Builder:
+		b.Append(v.(int16))
+	case *array.Int8Builder:
+		b.Append(v.(int8))
+	case *array.Uint16Builder:
+		b.Append(v.(uint16))
 	case *array.Float64Builder:
 		b.Append(v.(float64))
+	case *array.Float32Builder:
+		b.Append(v.(float32))
 	case *array.BooleanBuilder:
 		b.Append(v.(bool))
 	case *array.BinaryBuilder:
 		b.Append(v.([]byte))
+	case *array.BinaryViewBuilder:
+		b.Append(v.([]byte))
+	case *array.BinaryDictionaryBuilder:
+		if err := b.AppendString(v.(string)); err != nil {
+			t.Fatal(err)
+		}
+	case *array.TimestampBuilder:
+		b.Append(arrow.Timestamp(v.(int64))) // in the type's unit
+	default:
+		appendNestedValue(t, b, v)
+	}
+}
+
+// appendNestedValue appends a list ([]any) or a struct (map[string]any;
+// a field it lacks is null).
+func appendNestedValue(t testing.TB, b array.Builder, v any) {
+	t.Helper()
+	switch b := b.(type) {
+	case *array.StructBuilder:
+		b.Append(true)
+		st := b.Type().(*arrow.StructType)
+		for k, f := range st.Fields() {
+			appendValue(t, b.FieldBuilder(k), v.(map[string]any)[f.Name])
+		}
+	case *array.FixedSizeListBuilder: // before VarLenListLikeBuilder, which it also is
+		b.Append(true)
+		for _, e := range v.([]any) {
+			appendValue(t, b.ValueBuilder(), e)
+		}
+	case array.VarLenListLikeBuilder:
+		b.AppendWithSize(true, len(v.([]any)))
+		for _, e := range v.([]any) {
+			appendValue(t, b.ValueBuilder(), e)
+		}
 	default:
 		t.Fatalf("test helper cannot build %T", b)
 	}
@@ -201,13 +247,14 @@ func TestArrowBadInputNamesTheProblem(t *testing.T) {
 		batch, row int // -1: the answer names none
 		column     string
 	}{
-		{"wrong type", `want float64, got string`, arrowStream(t, badReward), 0, 0, "reward"},
+		{"wrong type", `Arrow type utf8 does not fit type float64`, arrowStream(t, badReward), -1, -1, "reward"},
 		{"missing id column", "no id column", arrowStream(t, without(good, "id")), -1, -1, ""},
-		{"unknown column", "unknown column", arrowStream(t, with(good, col{name: "colour", typ: arrow.BinaryTypes.String, vals: []any{"red", "blue"}})), 0, 0, "colour"},
+		{"unknown column", "unknown column", arrowStream(t, with(good, col{name: "colour", typ: arrow.BinaryTypes.String, vals: []any{"red", "blue"}})), -1, -1, "colour"},
 		{"null id", "id is null", arrowStream(t, good, nullID), 1, 1, "id"},
 		{"null in a non-nullable column", "non-nullable", arrowStream(t, with(good, col{name: "prompt", typ: arrow.BinaryTypes.String, vals: []any{"p", nil}})), 0, 1, "prompt"},
 		{"id of another type", "the id column has Arrow type int64", arrowStream(t, with(good, col{name: "id", typ: arrow.PrimitiveTypes.Int64, vals: []any{int64(1), int64(2)}})), -1, -1, "id"},
-		{"type not accepted", "Arrow type binary is not accepted", arrowStream(t, with(good, col{name: "completion", typ: arrow.BinaryTypes.Binary, vals: []any{[]byte("c"), []byte("d")}})), -1, -1, "completion"},
+		{"type not accepted", "Arrow type binary does not fit type string", arrowStream(t, with(good, col{name: "completion", typ: arrow.BinaryTypes.Binary, vals: []any{[]byte("c"), []byte("d")}})), -1, -1, "completion"},
+		{"bad value", "want a finite float64, got NaN", arrowStream(t, with(good, col{name: "reward", typ: arrow.PrimitiveTypes.Float64, vals: []any{1.0, math.NaN()}})), 0, 1, "reward"},
 		{"bad JSON text", "not valid JSON", arrowStream(t, good, with(rollouts("c", "d"), col{name: "metadata", typ: arrow.BinaryTypes.String, vals: []any{"{}", "{"}})), 1, 1, "metadata"},
 		{"garbage bytes", "not an Arrow IPC stream", []byte("this is not arrow at all\n"), -1, -1, ""},
 		{"truncated stream", "record batch 0", truncated(arrowStream(t, good)), 0, -1, ""},
@@ -304,7 +351,7 @@ func TestMaxRowsIs413(t *testing.T) {
 func TestArrowDecodeReleasesMemory(t *testing.T) {
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	body := arrowStream(t, rollouts("a", "b"), rollouts("c"))
-	got, err := decodeArrow(bytes.NewReader(body), mem, limits(1<<20, 100))
+	got, err := decodeArrow(bytes.NewReader(body), schema.Rollout(), mem, limits(1<<20, 100))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,12 +377,12 @@ func TestArrowLyingLengths(t *testing.T) {
 
 	manyFields := bytes.Clone(good)
 	binary.LittleEndian.PutUint32(manyFields[fieldsLen:], 1<<31-1)
-	if _, err := decodeArrow(bytes.NewReader(manyFields), memory.DefaultAllocator, limits(1<<20, 100)); err == nil || !strings.Contains(err.Error(), "claims a vector of 2147483647 entries") {
+	if _, err := decodeArrow(bytes.NewReader(manyFields), schema.Rollout(), memory.DefaultAllocator, limits(1<<20, 100)); err == nil || !strings.Contains(err.Error(), "claims a vector of 2147483647 entries") {
 		t.Fatalf("a schema claiming 2^31 fields: %v, want it refused for its claim", err)
 	}
 	hugeMeta := bytes.Clone(good)
 	binary.LittleEndian.PutUint32(hugeMeta[4:], 1<<31-1)
-	if _, err := decodeArrow(bytes.NewReader(hugeMeta), memory.DefaultAllocator, limits(1<<20, 100)); !errors.Is(err, errMessageTooLarge) {
+	if _, err := decodeArrow(bytes.NewReader(hugeMeta), schema.Rollout(), memory.DefaultAllocator, limits(1<<20, 100)); !errors.Is(err, errMessageTooLarge) {
 		t.Fatalf("metadata claiming 2 GiB: %v, want errMessageTooLarge", err)
 	}
 }
@@ -364,7 +411,7 @@ func TestArrowCompressedStreams(t *testing.T) {
 		return buf.Bytes()
 	}
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
-	got, err := decodeArrow(bytes.NewReader(encode(cols)), mem, limits(64<<10, 100))
+	got, err := decodeArrow(bytes.NewReader(encode(cols)), schema.Rollout(), mem, limits(64<<10, 100))
 	if err != nil || len(got.rows) != 2 || got.rows[1]["prompt"] != "p b" {
 		t.Fatalf("a zstd stream decoded to %v, %v; want rows a and b", got, err)
 	}
@@ -374,7 +421,40 @@ func TestArrowCompressedStreams(t *testing.T) {
 	if len(bomb) > 64<<10 {
 		t.Fatalf("the compressed stream is %d bytes, want it under the 64 KiB body limit", len(bomb))
 	}
-	if _, err := decodeArrow(bytes.NewReader(bomb), memory.DefaultAllocator, limits(64<<10, 100)); !errors.Is(err, errMessageTooLarge) {
+	if _, err := decodeArrow(bytes.NewReader(bomb), schema.Rollout(), memory.DefaultAllocator, limits(64<<10, 100)); !errors.Is(err, errMessageTooLarge) {
 		t.Fatalf("600 KiB decompressed from a %d-byte body with a 64 KiB limit: %v, want errMessageTooLarge", len(bomb), err)
+	}
+}
+
+// TestArrowLyingViewCounts patches the variadic buffer counts of a
+// stream's utf8_view columns: arrow-go makes a slice of each count, and
+// reads counts past the vector's end, before it reads a buffer; the
+// decoder must refuse both lies rather than crash.
+func TestArrowLyingViewCounts(t *testing.T) {
+	long := strings.Repeat("x", 40) // past the 12 bytes a view holds inline
+	good := arrowStream(t, with(with(rollouts("a"), col{name: "prompt", typ: arrow.BinaryTypes.StringView, vals: []any{long}}),
+		col{name: "completion", typ: arrow.BinaryTypes.StringView, vals: []any{long}}))
+	if _, err := decodeArrow(bytes.NewReader(good), schema.Rollout(), memory.DefaultAllocator, limits(1<<20, 100)); err != nil {
+		t.Fatalf("a stream of two utf8_view columns: %v", err)
+	}
+	// The record batch follows the schema message, which has no body.
+	at := 8 + int(binary.LittleEndian.Uint32(good[4:8]))
+	meta := good[at+8 : at+8+int(binary.LittleEndian.Uint32(good[at+4:]))]
+	msg := flatbuffers.Table{Bytes: meta, Pos: flatbuffers.GetUOffsetT(meta)}
+	var rb flatbuffers.Table
+	msg.Union(&rb, flatbuffers.UOffsetT(msg.Offset(slotMessageHeader)))
+	counts := rb.Vector(flatbuffers.UOffsetT(rb.Offset(slotRecordVariadic)))
+	if n := rb.VectorLen(flatbuffers.UOffsetT(rb.Offset(slotRecordVariadic))); n != 2 {
+		t.Fatalf("the record batch has %d variadic counts, want 2", n)
+	}
+	huge := bytes.Clone(good)
+	binary.LittleEndian.PutUint64(huge[at+8+int(counts):], 1<<40)
+	short := bytes.Clone(good)
+	binary.LittleEndian.PutUint32(short[at+8+int(counts)-4:], 1)
+	for name, body := range map[string][]byte{"a count of 2^40": huge, "one count for two views": short} {
+		_, err := decodeArrow(bytes.NewReader(body), schema.Rollout(), memory.DefaultAllocator, limits(1<<20, 100))
+		if err == nil || !strings.Contains(err.Error(), "variadic") {
+			t.Errorf("%s: %v, want it refused naming the variadic counts", name, err)
+		}
 	}
 }

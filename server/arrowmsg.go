@@ -38,8 +38,11 @@ type guardedReader struct {
 	// left is what the request's Content-Length says is still to come,
 	// -1 when it declared none.
 	left int64
-	msg  *ipc.Message
-	refs atomic.Int64
+	// views is the number of utf8_view and binary_view arrays of a record
+	// batch, as the stream's schema has them.
+	views int
+	msg   *ipc.Message
+	refs  atomic.Int64
 }
 
 func newGuardedReader(r io.Reader, limit, budget, size int64) *guardedReader {
@@ -71,9 +74,12 @@ func (g *guardedReader) Message() (*ipc.Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	bodyLen, err := checkMetadata(meta)
+	bodyLen, views, err := checkMetadata(meta)
 	if err != nil {
 		return nil, err
+	}
+	if views >= 0 {
+		g.views = views
 	}
 	body, err := g.read(bodyLen, "message body")
 	if err != nil {
@@ -193,11 +199,16 @@ const (
 	slotMessageMetadata   = 12
 	slotRecordBatchBufs   = 8
 	slotRecordCompression = 10
+	slotRecordVariadic    = 12
 	slotDictionaryData    = 6
 	slotSchemaFields      = 6
 	slotSchemaMetadata    = 8
+	slotFieldTypeType     = 8
+	slotFieldDictionary   = 12
 	slotFieldChildren     = 14
 	slotFieldMetadata     = 16
+	typeBinaryView        = 23 // of the Type union
+	typeUtf8View          = 24
 	headerSchema          = 1
 	headerDictionaryBatch = 2
 	headerRecordBatch     = 3
@@ -214,7 +225,7 @@ func (g *guardedReader) charge(meta, body []byte) (err error) {
 			err = fmt.Errorf("malformed message metadata: %v", p)
 		}
 	}()
-	n, err := batchBytes(meta, body)
+	n, err := batchBytes(meta, body, g.views)
 	if err != nil {
 		return err
 	}
@@ -226,8 +237,10 @@ func (g *guardedReader) charge(meta, body []byte) (err error) {
 }
 
 // batchBytes is the uncompressed size of the buffers of a record or
-// dictionary batch message; 0 for other messages.
-func batchBytes(meta, body []byte) (int64, error) {
+// dictionary batch message; 0 for other messages. views is the number of
+// view arrays in a record batch (none is in a dictionary batch: schema
+// refuses them).
+func batchBytes(meta, body []byte, views int) (int64, error) {
 	msg := flatbuffers.Table{Bytes: meta, Pos: flatbuffers.GetUOffsetT(meta)}
 	o := flatbuffers.UOffsetT(msg.Offset(slotMessageHeader))
 	var rb flatbuffers.Table
@@ -248,17 +261,21 @@ func batchBytes(meta, body []byte) (int64, error) {
 			return 0, nil
 		}
 		rb = flatbuffers.Table{Bytes: meta, Pos: db.Indirect(db.Pos + d)}
+		views = 0
 	default:
 		return 0, nil
 	}
 	compressed := rb.Offset(slotRecordCompression) != 0
-	v := flatbuffers.UOffsetT(rb.Offset(slotRecordBatchBufs))
-	if v == 0 {
-		return 0, nil
+	var start flatbuffers.UOffsetT
+	n := 0
+	if v := flatbuffers.UOffsetT(rb.Offset(slotRecordBatchBufs)); v != 0 {
+		start, n = rb.Vector(v), rb.VectorLen(v)
 	}
-	start, n := rb.Vector(v), rb.VectorLen(v)
 	if int64(start)+16*int64(n) > int64(len(meta)) {
 		return 0, fmt.Errorf("metadata claims %d buffers in %d bytes", n, len(meta))
+	}
+	if err := checkVariadic(&rb, n, views); err != nil {
+		return 0, err
 	}
 	var total int64
 	for i := range n {
@@ -288,10 +305,40 @@ func batchBytes(meta, body []byte) (int64, error) {
 	return total, nil
 }
 
+// checkVariadic refuses variadic buffer counts (one per utf8_view and
+// binary_view array) that claim more buffers than the message's n, or
+// fewer counts than the views arrays: arrow-go makes a slice of each
+// count before it reads a buffer, a slice of 2^40 is a crash no recover
+// catches, and it reads a count past the vector's end unchecked. With no
+// vector it reads 0s.
+func checkVariadic(rb *flatbuffers.Table, n, views int) error {
+	v := flatbuffers.UOffsetT(rb.Offset(slotRecordVariadic))
+	if v == 0 {
+		return nil
+	}
+	start, counts := rb.Vector(v), rb.VectorLen(v)
+	switch {
+	case int64(start)+8*int64(counts) > int64(len(rb.Bytes)):
+		return fmt.Errorf("metadata claims %d variadic buffer counts in %d bytes", counts, len(rb.Bytes))
+	case counts < views:
+		return fmt.Errorf("the record batch has %d variadic buffer counts for %d view arrays", counts, views)
+	}
+	left := int64(n)
+	for i := range counts {
+		c := flatbuffers.GetInt64(rb.Bytes[start+flatbuffers.UOffsetT(8*i):])
+		if c < 0 || c > left {
+			return fmt.Errorf("a view array claims %d variadic buffers; the record batch has %d buffers", c, n)
+		}
+		left -= c
+	}
+	return nil
+}
+
 // checkMetadata checks that the vectors arrow-go sizes allocations by
 // fit inside the metadata and stay within maxArrowEntries, and returns the
-// message's body length.
-func checkMetadata(meta []byte) (bodyLen int64, err error) {
+// message's body length and, for a schema, the number of its view arrays
+// (-1 for other messages).
+func checkMetadata(meta []byte) (bodyLen int64, views int, err error) {
 	defer func() {
 		if p := recover(); p != nil { // an offset pointing outside meta
 			err = fmt.Errorf("malformed message metadata: %v", p)
@@ -300,19 +347,22 @@ func checkMetadata(meta []byte) (bodyLen int64, err error) {
 	c := &fbCheck{buf: meta, budget: maxArrowEntries}
 	msg := flatbuffers.Table{Bytes: meta, Pos: flatbuffers.GetUOffsetT(meta)}
 	if err := c.entries(&msg, slotMessageMetadata); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
+	views = -1
 	if msg.GetByteSlot(slotMessageHeaderType, 0) == headerSchema {
 		if err := c.schema(&msg); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
+		views = c.views
 	}
-	return msg.GetInt64Slot(slotMessageBodyLength, 0), nil
+	return msg.GetInt64Slot(slotMessageBodyLength, 0), views, nil
 }
 
 type fbCheck struct {
 	buf    []byte
 	budget int
+	views  int // utf8_view and binary_view fields
 }
 
 func (c *fbCheck) schema(msg *flatbuffers.Table) error {
@@ -325,11 +375,13 @@ func (c *fbCheck) schema(msg *flatbuffers.Table) error {
 	if err := c.entries(&sc, slotSchemaMetadata); err != nil {
 		return err
 	}
-	return c.fields(&sc, slotSchemaFields, 0)
+	return c.fields(&sc, slotSchemaFields, 0, false)
 }
 
-// fields checks a vector of Field tables and, recursively, their children.
-func (c *fbCheck) fields(t *flatbuffers.Table, slot flatbuffers.VOffsetT, depth int) error {
+// fields checks a vector of Field tables and, recursively, their children,
+// and counts their view fields; inDict is set below a dictionary-encoded
+// field.
+func (c *fbCheck) fields(t *flatbuffers.Table, slot flatbuffers.VOffsetT, depth int, inDict bool) error {
 	if depth > 32 {
 		return errors.New("fields nest more than 32 deep")
 	}
@@ -342,9 +394,27 @@ func (c *fbCheck) fields(t *flatbuffers.Table, slot flatbuffers.VOffsetT, depth 
 		if err := c.entries(&f, slotFieldMetadata); err != nil {
 			return err
 		}
-		if err := c.fields(&f, slotFieldChildren, depth+1); err != nil {
+		dict := inDict || f.Offset(slotFieldDictionary) != 0
+		if err := c.view(&f, dict); err != nil {
 			return err
 		}
+		if err := c.fields(&f, slotFieldChildren, depth+1, dict); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// view counts a utf8_view or binary_view field. One in a dictionary is
+// refused: its arrays are in dictionary batches, whose counts would need
+// the dictionary's type to check, and no column needs one.
+func (c *fbCheck) view(f *flatbuffers.Table, inDict bool) error {
+	switch f.GetByteSlot(slotFieldTypeType, 0) {
+	case typeBinaryView, typeUtf8View:
+		if inDict {
+			return errors.New("a dictionary of utf8_view or binary_view values is not accepted; send utf8 or binary values")
+		}
+		c.views++
 	}
 	return nil
 }

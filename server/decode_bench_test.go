@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/rollwal/rollwal/internal/rolloutgen"
+	"github.com/rollwal/rollwal/schema"
 )
 
 // BenchmarkDecodeNDJSON decodes a 1000-row body of 1 KiB-class rollouts
@@ -31,7 +32,7 @@ func BenchmarkDecodeNDJSON(b *testing.B) {
 			b.SetBytes(int64(body.Len()))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, _, err := decodeNDJSON(bytes.NewReader(body.Bytes()), 100000, 1<<30); err != nil {
+				if _, _, err := decodeNDJSON(bytes.NewReader(body.Bytes()), schema.Rollout(), 100000, 1<<30); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -33,7 +33,7 @@ func FuzzNDJSONDecode(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		rows, lines, perr := decodeNDJSON(bytes.NewReader(body), fuzzMaxRows, 1<<20)
+		rows, lines, perr := decodeNDJSON(bytes.NewReader(body), schema.Rollout(), fuzzMaxRows, 1<<20)
 		if perr != nil {
 			if perr.Error() == "" || rows != nil {
 				t.Fatalf("failed decode: message %q, %d rows", perr.Error(), len(rows))
@@ -42,32 +42,44 @@ func FuzzNDJSONDecode(f *testing.F) {
 		}
 		checkLines(t, lines, len(rows), bytes.Count(body, []byte("\n"))+1)
 		checkNotRewritten(t, body, rows)
-		revalidate(t, rows, lineLocator(lines))
+		revalidate(t, schema.Rollout(), rows, lineLocator(lines))
 	})
 }
 
 // checkNotRewritten: a body that decoded is valid UTF-8 (encoding/json
-// would have replaced what is not), and a U+FFFD in a value was sent as
-// one (lone surrogates would have become one), and raw JSON values are
-// bytes of the body.
+// would have replaced what is not), and a U+FFFD in a value, at any depth,
+// was sent as one (lone surrogates would have become one), and raw JSON
+// values are bytes of the body.
 func checkNotRewritten(t *testing.T, body []byte, rows []schema.Row) {
 	t.Helper()
 	if len(rows) > 0 && !utf8.Valid(body) {
 		t.Fatalf("%d rows decoded from a body that is not UTF-8: %q", len(rows), body)
 	}
 	sentFFFD := bytes.Contains(body, []byte("\uFFFD")) || bytes.Contains(bytes.ToLower(body), []byte(`\ufffd`))
+	var check func(i int, k string, v any)
+	check = func(i int, k string, v any) {
+		switch x := v.(type) {
+		case string:
+			if strings.ContainsRune(k+x, utf8.RuneError) && !sentFFFD {
+				t.Fatalf("row %d: %q: %q holds U+FFFD that the body did not send", i, k, x)
+			}
+		case json.RawMessage:
+			if !bytes.Contains(body, x) {
+				t.Fatalf("row %d: %q: JSON %s is not the body's bytes", i, k, x)
+			}
+		case []any:
+			for _, e := range x {
+				check(i, k, e)
+			}
+		case map[string]any:
+			for fk, e := range x {
+				check(i, k+"."+fk, e)
+			}
+		}
+	}
 	for i, r := range rows {
 		for k, v := range r {
-			switch x := v.(type) {
-			case string:
-				if strings.ContainsRune(k+x, utf8.RuneError) && !sentFFFD {
-					t.Fatalf("row %d: %q: %q holds U+FFFD that the body did not send", i, k, x)
-				}
-			case json.RawMessage:
-				if !bytes.Contains(body, x) {
-					t.Fatalf("row %d: %q: JSON %s is not the body's bytes", i, k, x)
-				}
-			}
+			check(i, k, v)
 		}
 	}
 }
@@ -86,12 +98,11 @@ func checkLines(t *testing.T, lines []int, rows, bodyLines int) {
 	}
 }
 
-// revalidate builds decoded rows into a batch of the default schema: a
-// RowError must name a row of the request and locate it; a batch that
-// builds must survive its WAL encoding unchanged.
-func revalidate(t *testing.T, rows []schema.Row, locate locator) {
+// revalidate builds decoded rows into a batch of sc: a RowError must name
+// a row of the request and locate it, with its path inside a list or
+// struct; a batch that builds must survive its WAL encoding unchanged.
+func revalidate(t *testing.T, sc *schema.Schema, rows []schema.Row, locate locator) *schema.Batch {
 	t.Helper()
-	sc := schema.Rollout()
 	b, err := sc.Build(rows)
 	if err != nil {
 		var re *schema.RowError
@@ -99,16 +110,18 @@ func revalidate(t *testing.T, rows []schema.Row, locate locator) {
 		if !errors.As(err, &re) || re.Reason == "" {
 			t.Fatalf("Build failed without a RowError saying why: %v", err)
 		}
-		if e, ok := locate(re); !ok || e.Column != re.Column || e.Error == "" {
+		e, ok := locate(re)
+		if !ok || e.Column != re.Column || e.Error == "" || e.Path != innerPath(re) || !strings.Contains(e.Error, e.Path) {
 			t.Fatalf("row error %v is not located in the request: %+v, %v", err, e, ok)
 		}
-		return
+		return nil
 	}
 	enc := b.Encode(nil)
 	back, err := sc.Decode(enc)
 	if err != nil || !bytes.Equal(back.Encode(nil), enc) {
 		t.Fatalf("a built batch of %d rows does not survive its encoding: %v", b.Len(), err)
 	}
+	return b
 }
 
 // FuzzArrowDecode: any body decodes to rows or fails with an error that
@@ -121,7 +134,7 @@ func FuzzArrowDecode(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
-		got, err := decodeArrow(bytes.NewReader(body), mem, limits(1<<20, fuzzMaxRows))
+		got, err := decodeArrow(bytes.NewReader(body), schema.Rollout(), mem, limits(1<<20, fuzzMaxRows))
 		if err != nil {
 			var ae *arrowError
 			if !errors.As(err, &ae) || err.Error() == "" {
@@ -136,7 +149,7 @@ func FuzzArrowDecode(f *testing.F) {
 				t.Fatalf("row %d has id %#v, want a string", i, r[schema.IDColumn])
 			}
 		}
-		revalidate(t, got.rows, got.locate)
+		revalidate(t, schema.Rollout(), got.rows, got.locate)
 	})
 }
 
@@ -182,21 +195,130 @@ func FuzzNDJSONLine(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
-	f.Fuzz(func(t *testing.T, line []byte) {
-		line = bytes.TrimSpace(line)
-		if len(line) == 0 {
+	sc := schema.Rollout()
+	f.Fuzz(func(t *testing.T, line []byte) { checkPathsAgree(t, sc, line) })
+}
+
+// checkPathsAgree: a line the fast path takes, the strict walk takes, as
+// the same row.
+func checkPathsAgree(t *testing.T, sc *schema.Schema, line []byte) {
+	t.Helper()
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 {
+		return
+	}
+	fast, ok := decodeLineFast(line, sc)
+	strict, lerr := decodeLineStrict(line, sc)
+	if !ok {
+		return
+	}
+	if lerr != nil {
+		t.Fatalf("the fast path took %q, which the strict walk refuses: %v", line, lerr)
+	}
+	if !reflect.DeepEqual(fast, strict) {
+		t.Fatalf("%q: the fast path decoded %#v, the strict walk %#v", line, fast, strict)
+	}
+}
+
+// FuzzNDJSONNested is FuzzNDJSONDecode and FuzzNDJSONLine for a table of
+// every type: lists and structs decode to values, at any depth nothing is
+// rewritten, the two paths agree line by line, and a refused value is
+// located by line, column and path.
+func FuzzNDJSONNested(f *testing.F) {
+	for _, seed := range []string{
+		nestedNDJSON("a", "b"), nestedLine("x", "messages", `[{"role":"a","role":"b","content":"c"}]`),
+		nestedLine("x", "tokens", `[1,2147483648]`), nestedLine("x", "logprobs", `[1e39]`), nestedLine("x", "meta", `{"step":1,"colour":"red"}`),
+		nestedLine("x", "blob", `"aGVsbG8"`), nestedLine("x", "at", `"2024-05-01T12:00:00.123456789Z"`),
+		nestedLine("x", "messages", `[{"role":5,"content":"b"}]`), nestedLine("x", "messages", `[{"role":"a","content":null}]`),
+		nestedLine("x", "meta", `{"step":1,"note":"\ud800"}`), nestedLine("x", "tokens", `[[1],{"a":[{"b":1,"b":2}]}]`),
+		nestedLine("x", "metadata", `{"k":[{"a":1,"a":2}]}`), `{"id":"x","tokens":[],"messages":[{}]}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	sc := nestedSchema(f)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, line := range bytes.Split(body, []byte("\n")) {
+			checkPathsAgree(t, sc, line)
+		}
+		rows, lines, perr := decodeNDJSON(bytes.NewReader(body), sc, fuzzMaxRows, 1<<20)
+		if perr != nil {
+			if perr.Error() == "" || rows != nil {
+				t.Fatalf("failed decode: message %q, %d rows", perr.Error(), len(rows))
+			}
 			return
 		}
-		fast, ok := decodeLineFast(line)
-		strict, lerr := decodeLineStrict(line)
+		checkLines(t, lines, len(rows), bytes.Count(body, []byte("\n"))+1)
+		checkNotRewritten(t, body, rows)
+		revalidate(t, sc, rows, lineLocator(lines))
+	})
+}
+
+// FuzzArrowNested is FuzzArrowDecode for a table of every type; and rows
+// that build, sent again as NDJSON, build the same batch: the two content
+// types agree on what a value is.
+func FuzzArrowNested(f *testing.F) {
+	for _, seed := range nestedArrowSeeds(f) {
+		f.Add(seed)
+	}
+	sc := nestedSchema(f)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+		got, err := decodeArrow(bytes.NewReader(body), sc, mem, limits(1<<20, fuzzMaxRows))
+		if err != nil {
+			var ae *arrowError
+			if !errors.As(err, &ae) || err.Error() == "" {
+				t.Fatalf("failed decode without a located error: %v", err)
+			}
+			return
+		}
+		mem.AssertSize(t, 0)
+		checkStarts(t, got)
+		b := revalidate(t, sc, got.rows, got.locate)
+		if b == nil {
+			return
+		}
+		text, ok := asNDJSON(got.rows)
 		if !ok {
 			return
 		}
-		if lerr != nil {
-			t.Fatalf("the fast path took %q, which the strict walk refuses: %v", line, lerr)
+		rows, _, perr := decodeNDJSON(bytes.NewReader(text), sc, fuzzMaxRows, 1<<30)
+		if perr != nil {
+			t.Fatalf("the rows of a good stream, as NDJSON, do not decode: %v\n%s", perr, text)
 		}
-		if !reflect.DeepEqual(fast, strict) {
-			t.Fatalf("%q: the fast path decoded %#v, the strict walk %#v", line, fast, strict)
+		again, err := sc.Build(rows)
+		if err != nil || !bytes.Equal(again.Encode(nil), b.Encode(nil)) {
+			t.Fatalf("the rows of a good stream, as NDJSON, build another batch (%v):\n%s", err, text)
 		}
 	})
+}
+
+// asNDJSON writes rows as NDJSON lines; false for one that JSON cannot
+// say (a timestamp beyond year 9999).
+func asNDJSON(rows []schema.Row) ([]byte, bool) {
+	var buf bytes.Buffer
+	for _, r := range rows {
+		line, err := json.Marshal(r)
+		if err != nil {
+			return nil, false
+		}
+		buf.Write(line)
+		buf.WriteByte('\n')
+	}
+	return buf.Bytes(), true
+}
+
+// nestedArrowSeeds are streams of nestedSchema's columns, good and bad.
+func nestedArrowSeeds(tb testing.TB) [][]byte {
+	good := nestedArrow(0, "a", "b")
+	return [][]byte{
+		arrowStream(tb, good),
+		arrowStream(tb, nestedArrow(1, "a", "b"), nestedArrow(1, "c", "d")),
+		arrowStream(tb, with(good, col{name: "tokens", typ: arrow.ListOf(arrow.PrimitiveTypes.Int16), vals: []any{[]any{int16(1), nil}, nil}})),
+		arrowStream(tb, with(good, col{name: "meta", typ: structOf(field("colour", arrow.BinaryTypes.String)), vals: []any{nil, nil}})),
+		arrowStream(tb, with(good, col{name: "at", typ: &arrow.TimestampType{Unit: arrow.Nanosecond}, vals: []any{int64(1), nil}})),
+		arrowStream(tb, with(good, col{name: "n", typ: arrow.PrimitiveTypes.Int64, vals: []any{int64(1), nil}})),
+		claimStream(tb, 2, nullStructLists(2, 3)),
+		claimStream(tb, 3, aliasedTokens(3, 5)),
+		truncated(arrowStream(tb, good)),
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -21,7 +22,10 @@ import (
 // back with sorted keys and <, > and & as six-byte escapes. So the raw
 // bytes of a line are checked for invalid UTF-8 and lone surrogates, keys
 // for duplicates at every depth, nothing may follow the object, and a json
-// column keeps the bytes that were sent. decodeLineStrict does it by
+// column keeps the bytes that were sent. A list or struct column is the
+// exception: its value decodes to []any and map[string]any with numbers as
+// json.Number, which schema validation checks exactly (int32 range,
+// float32), under the same checks of the raw bytes. decodeLineStrict does it by
 // walking the line key by key (json.Decoder tokens), which names the
 // column and byte of a refusal; decodeLineFast, the whole-line decode of
 // before and three scans of the raw bytes, takes the plainly good lines at
@@ -33,9 +37,11 @@ import (
 var errDecodedTooLarge = errors.New("request too large for one WAL record")
 
 // lineError locates a refusal inside one line: the key (column) it is
-// under, "" for none, and the byte offset in the line, -1 when unknown.
+// under, "" for none, the path inside its value (messages[3].role), "" for
+// none, and the byte offset in the line, -1 when unknown.
 type lineError struct {
 	column string
+	path   string
 	offset int
 	err    error
 }
@@ -45,6 +51,7 @@ func (e *lineError) Error() string {
 	if e.column != "" {
 		where = fmt.Sprintf("column %q", e.column)
 	}
+	where += at(e.path)
 	if e.offset >= 0 {
 		if where != "" {
 			where += ", "
@@ -61,8 +68,10 @@ func (e *lineError) Unwrap() error { return e.err }
 
 // decodeNDJSON reads one JSON object per line, at most maxRows of them and
 // at most maxBytes of decoded values (estimated as the WAL stores them);
-// blank lines are skipped. lines[i] is the 1-based line of rows[i].
-func decodeNDJSON(body io.Reader, maxRows int, maxBytes int64) (rows []schema.Row, lines []int, perr *parseError) {
+// blank lines are skipped. lines[i] is the 1-based line of rows[i]. sc says
+// which columns take decoded values (lists and structs) rather than JSON
+// text.
+func decodeNDJSON(body io.Reader, sc *schema.Schema, maxRows int, maxBytes int64) (rows []schema.Row, lines []int, perr *parseError) {
 	br := bufio.NewReaderSize(body, 64<<10)
 	var size int64
 	for line := 1; ; line++ {
@@ -74,7 +83,7 @@ func decodeNDJSON(body io.Reader, maxRows int, maxBytes int64) (rows []schema.Ro
 			if len(rows) >= maxRows {
 				return nil, nil, &parseError{line: line, err: fmt.Errorf("%w: more than %d rows in the request", errTooManyRows, maxRows)}
 			}
-			row, n, lerr := decodeLine(t)
+			row, n, lerr := decodeLine(t, sc)
 			if lerr != nil {
 				if lerr.offset >= 0 {
 					lerr.offset += bytes.Index(b, t) // the line as sent, before trimming
@@ -111,11 +120,11 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 // its values take in a WAL record. decodeLineFast takes the lines that are
 // plainly fine; any other line is walked by decodeLineStrict, which
 // defines what is accepted and locates what is not.
-func decodeLine(b []byte) (schema.Row, int64, *lineError) {
-	if row, ok := decodeLineFast(b); ok {
+func decodeLine(b []byte, sc *schema.Schema) (schema.Row, int64, *lineError) {
+	if row, ok := decodeLineFast(b, sc); ok {
 		return row, rowSize(row), nil
 	}
-	row, lerr := decodeLineStrict(b)
+	row, lerr := decodeLineStrict(b, sc)
 	if lerr != nil {
 		return nil, 0, lerr
 	}
@@ -127,9 +136,10 @@ func decodeLine(b []byte) (schema.Row, int64, *lineError) {
 // that nothing was rewritten: the line is UTF-8 without lone surrogate
 // escapes, ends with the object, and holds as many keys (colons outside
 // strings) as the decoded objects do, so no key repeated at any depth.
-// Objects and arrays are then taken byte for byte from a second decode
-// into raw messages, only for lines that hold any.
-func decodeLineFast(b []byte) (schema.Row, bool) {
+// Objects and arrays of columns that keep JSON text are then taken byte
+// for byte from a second decode into raw messages, only for lines that
+// hold any; those of list and struct columns stay decoded.
+func decodeLineFast(b []byte, sc *schema.Schema) (schema.Row, bool) {
 	if b[0] != '{' || !utf8.Valid(b) {
 		return nil, false
 	}
@@ -142,26 +152,35 @@ func decodeLineFast(b []byte) (schema.Row, bool) {
 	if err := dec.Decode(&row); err != nil || dec.InputOffset() != int64(len(b)) {
 		return nil, false
 	}
-	keys, nested := len(row), false
-	for _, v := range row {
+	keys, text := len(row), false
+	for k, v := range row {
 		n, isNested := decodedKeys(v)
-		keys, nested = keys+n, nested || isNested
+		keys, text = keys+n, text || (isNested && !takesValues(sc, k))
 	}
 	if keys != countKeys(b) {
 		return nil, false
 	}
-	if nested {
+	if text {
 		var raw map[string]json.RawMessage
 		if err := json.Unmarshal(b, &raw); err != nil {
 			return nil, false
 		}
 		for k, v := range row {
-			if _, isNested := decodedKeys(v); isNested {
+			if _, isNested := decodedKeys(v); isNested && !takesValues(sc, k) {
 				row[k] = raw[k]
 			}
 		}
 	}
 	return schema.Row(row), true
+}
+
+// takesValues reports whether column name is a list or struct column,
+// whose value schema validation takes decoded; every other column keeps
+// an object or array as the JSON text sent (a json column stores it, any
+// other refuses it by its kind).
+func takesValues(sc *schema.Schema, name string) bool {
+	i := sc.Index(name)
+	return i >= 0 && !sc.Columns[i].Type.IsPrimitive()
 }
 
 // decodedKeys counts the keys of the objects inside a decoded value and
@@ -204,27 +223,43 @@ func countKeys(b []byte) int {
 }
 
 // rowSize estimates the bytes a row's values take in a WAL record: a
-// string or JSON text its length and a length prefix, a number 8.
+// string or JSON text its length and a length prefix, a number 8, a list
+// or struct its parts.
 func rowSize(row schema.Row) int64 {
 	var n int64
 	for _, v := range row {
-		switch x := v.(type) {
-		case string:
-			n += int64(len(x)) + 1
-		case json.RawMessage:
-			n += int64(len(x)) + 1
-		case json.Number:
-			n += 8
-		default:
-			n++
-		}
+		n += valueSize(v)
 	}
 	return n
 }
 
+func valueSize(v any) int64 {
+	switch x := v.(type) {
+	case string:
+		return int64(len(x)) + 1
+	case json.RawMessage:
+		return int64(len(x)) + 1
+	case json.Number:
+		return 8
+	case []any:
+		n := int64(1)
+		for _, e := range x {
+			n += valueSize(e)
+		}
+		return n
+	case map[string]any:
+		n := int64(1)
+		for _, e := range x {
+			n += valueSize(e)
+		}
+		return n
+	}
+	return 1
+}
+
 // decodeLineStrict walks a line key by key with json.Decoder tokens,
 // checking the raw bytes of every key and value before decoding them.
-func decodeLineStrict(b []byte) (schema.Row, *lineError) {
+func decodeLineStrict(b []byte, sc *schema.Schema) (schema.Row, *lineError) {
 	if b[0] != '{' {
 		return nil, &lineError{offset: 0, err: errors.New("not a JSON object")}
 	}
@@ -252,9 +287,12 @@ func decodeLineStrict(b []byte) (schema.Row, *lineError) {
 		if _, dup := row[key]; dup {
 			return nil, &lineError{column: key, offset: start + bytes.IndexByte(b[start:end], '"'), err: fmt.Errorf("key %q appears twice in the object", key)}
 		}
-		v, lerr := rawValue(raw)
+		v, lerr := rawValue(raw, takesValues(sc, key))
 		if lerr != nil {
 			lerr.column, lerr.offset = key, end-len(raw)+lerr.offset
+			if lerr.path != "" {
+				lerr.path = key + lerr.path
+			}
 			return nil, lerr
 		}
 		row[key] = v
@@ -283,9 +321,10 @@ func syntaxError(b []byte, key string, err error) *lineError {
 
 // rawValue turns the raw bytes of a value that passed badText into the Go
 // value schema validation takes: a string unescaped, a number as
-// json.Number, an object or array as json.RawMessage (the json column
-// keeps it byte for byte).
-func rawValue(raw json.RawMessage) (any, *lineError) {
+// json.Number, an object or array decoded when values is set (a list or
+// struct column) and otherwise as json.RawMessage (the json column keeps
+// it byte for byte).
+func rawValue(raw json.RawMessage, values bool) (any, *lineError) {
 	switch raw[0] {
 	case '"':
 		if bytes.IndexByte(raw, '\\') < 0 {
@@ -297,8 +336,11 @@ func rawValue(raw json.RawMessage) (any, *lineError) {
 		}
 		return s, nil
 	case '{', '[':
-		if off, key := duplicateKey(raw); off >= 0 {
-			return nil, &lineError{offset: off, err: fmt.Errorf("key %q appears twice in an object of the value", key)}
+		if off, key, path := duplicateKey(raw); off >= 0 {
+			return nil, &lineError{path: path, offset: off, err: fmt.Errorf("key %q appears twice in an object of the value", key)}
+		}
+		if values {
+			return decodeValue(raw)
 		}
 		return raw, nil
 	case 't':
@@ -309,6 +351,18 @@ func rawValue(raw json.RawMessage) (any, *lineError) {
 		return nil, nil
 	}
 	return json.Number(raw), nil
+}
+
+// decodeValue decodes an object or array that passed the checks of raw
+// bytes, numbers as json.Number.
+func decodeValue(raw json.RawMessage) (any, *lineError) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, &lineError{offset: 0, err: fmt.Errorf("bad JSON: %v", err)}
+	}
+	return v, nil
 }
 
 // badText returns the offset in s of the first byte that is not UTF-8 or
@@ -368,46 +422,73 @@ func hex4(h []byte) rune {
 	return r
 }
 
-// duplicateKey walks a JSON object or array and returns the offset and
-// name of the first key that repeats inside one object; -1 when none
-// does. A value with fewer than two colons holds no two keys.
-func duplicateKey(raw []byte) (int, string) {
+// duplicateKey walks a JSON object or array and returns the offset, name
+// and path below the value ([3].role) of the first key that repeats inside
+// one object; -1 when none does. A value with fewer than two colons holds
+// no two keys.
+func duplicateKey(raw []byte) (int, string, string) {
 	if bytes.Count(raw, []byte{':'}) < 2 {
-		return -1, ""
-	}
-	type frame struct {
-		seen      map[string]bool // nil for an array
-		expectKey bool
+		return -1, "", ""
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
-	var stack []frame
+	var stack []jsonFrame
 	for {
 		before := int(dec.InputOffset())
 		tok, err := dec.Token()
 		if err != nil {
-			return -1, "" // raw was scanned whole already: the end
+			return -1, "", "" // raw was scanned whole already: the end
 		}
 		top := len(stack) - 1
 		if s, ok := tok.(string); ok && top >= 0 && stack[top].expectKey {
 			if stack[top].seen[s] {
-				return before + bytes.IndexByte(raw[before:], '"'), s
+				return before + bytes.IndexByte(raw[before:], '"'), s, framesPath(stack[:top]) + "." + s
 			}
-			stack[top].seen[s], stack[top].expectKey = true, false
+			stack[top].seen[s], stack[top].key, stack[top].expectKey = true, s, false
 			continue
 		}
 		switch tok {
 		case json.Delim('{'):
-			stack = append(stack, frame{seen: map[string]bool{}, expectKey: true})
+			stack = append(stack, jsonFrame{seen: map[string]bool{}, expectKey: true})
 			continue
 		case json.Delim('['):
-			stack = append(stack, frame{})
+			stack = append(stack, jsonFrame{})
 			continue
 		case json.Delim('}'), json.Delim(']'):
 			stack = stack[:top]
 			top--
 		}
-		if top >= 0 && stack[top].seen != nil {
-			stack[top].expectKey = true // a value ended: a key comes next
+		if top >= 0 {
+			stack[top].ended() // a value ended: a key or the next element comes next
 		}
 	}
+}
+
+// jsonFrame is an object or array that duplicateKey is inside.
+type jsonFrame struct {
+	seen      map[string]bool // nil for an array
+	key       string          // an object's current key
+	index     int             // an array's current element
+	expectKey bool
+}
+
+func (f *jsonFrame) ended() {
+	if f.seen != nil {
+		f.expectKey = true
+	} else {
+		f.index++
+	}
+}
+
+// framesPath is the path of the value that the innermost of stack holds
+// now: .key for an object, [i] for an array.
+func framesPath(stack []jsonFrame) string {
+	var b strings.Builder
+	for _, f := range stack {
+		if f.seen != nil {
+			b.WriteString("." + f.key)
+		} else {
+			fmt.Fprintf(&b, "[%d]", f.index)
+		}
+	}
+	return b.String()
 }

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/rollwal/rollwal/schema"
 )
 
 // TestNDJSONRowsOutliveTheReadBuffer: lines are decoded in place in the
@@ -19,12 +21,12 @@ func TestNDJSONRowsOutliveTheReadBuffer(t *testing.T) {
 		fmt.Fprintf(&body, `{"id":"r%d","prompt":"p\"%d","reward":%d.5,"metadata":{"k":[%d,"v%d"]}}`+"\n", i, i, i, i, i)
 	}
 	fmt.Fprintf(&body, `{"id":"long","prompt":"%s","metadata":{"x":"%s"}}`+"\n", strings.Repeat("a", 200<<10), strings.Repeat("b", 100<<10))
-	rows, _, perr := decodeNDJSON(bytes.NewReader(body.Bytes()), 10000, 1<<30)
+	rows, _, perr := decodeNDJSON(bytes.NewReader(body.Bytes()), schema.Rollout(), 10000, 1<<30)
 	if perr != nil {
 		t.Fatal(perr)
 	}
 	for i, line := range bytes.Split(bytes.TrimSpace(body.Bytes()), []byte("\n")) {
-		alone, _, perr := decodeNDJSON(bytes.NewReader(line), 1, 1<<30)
+		alone, _, perr := decodeNDJSON(bytes.NewReader(line), schema.Rollout(), 1, 1<<30)
 		if perr != nil {
 			t.Fatal(perr)
 		}

@@ -43,6 +43,12 @@ const (
 type Options struct {
 	// Host holds the shards the server writes to (required).
 	Host *engine.Host
+	// Schema is the table's schema, the host's engine.Options.Schema: the
+	// decoders follow it (a json column keeps the JSON text sent, a list or
+	// struct column decodes to values, an Arrow column's type must fit its
+	// column's). Default schema.Rollout(), as the engine's; a shard that
+	// tells its own schema is decoded by that one (see tableSchema).
+	Schema *schema.Schema
 	// Shards are the shards this process hosts. Readiness requires every one
 	// of them to be open and healthy; a request for a shard outside them is
 	// 404. Empty means whatever the host has open.
@@ -59,7 +65,8 @@ type Options struct {
 	// MaxDecodedBytes bounds what a request decodes to while it is
 	// decoded: NDJSON values as a WAL record holds them, Arrow buffers as
 	// their (compressed buffers: declared) uncompressed lengths, summed over
-	// the stream. Default wal.MaxPayloadSize: a batch larger than one WAL
+	// the stream, and the values made of them at decodedPerWAL times it
+	// (valueReader). Default wal.MaxPayloadSize: a batch larger than one WAL
 	// record cannot be stored, so decoding it is refused with 413 before
 	// it costs that memory.
 	MaxDecodedBytes int64
@@ -166,6 +173,9 @@ func (o *Options) ensureDefaults() {
 	if o.Registry == nil {
 		o.Registry = prometheus.NewRegistry()
 	}
+	if o.Schema == nil {
+		o.Schema = schema.Rollout()
+	}
 	setDefault(&o.MaxBodyBytes, DefaultMaxBodyBytes)
 	setDefault(&o.MaxRows, DefaultMaxRows)
 	setDefault(&o.MaxDecodedBytes, wal.MaxPayloadSize)
@@ -195,7 +205,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 // apiError is the JSON body of every error answer. Line locates an NDJSON
 // row (1-based) and ByteOffset, where known, the refused byte in that line
 // (0-based); RecordBatch and Row locate an Arrow row (0-based, as Arrow
-// libraries index them).
+// libraries index them). Path locates the refused part of a list or struct
+// value, from its column (messages[3].role); for an Arrow type, [] stands
+// for a list's elements.
 //
 // Code names the kind of refusal where one status covers several (see the
 // code* constants); Parameter names the query parameter a 400 refuses. The
@@ -209,6 +221,7 @@ type apiError struct {
 	RecordBatch *int   `json:"record_batch,omitempty"`
 	Row         *int   `json:"row,omitempty"`
 	Column      string `json:"column,omitempty"`
+	Path        string `json:"path,omitempty"`
 	// Producer, Seq and Count are the refused batch's session, first
 	// sequence and row count; ExpectedSeq the producer's next expected
 	// sequence; UnknownProducer that the shard holds no state for it.
@@ -332,7 +345,7 @@ func (s *Server) handleRows(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer adm.done()
-	d, ok := s.readRows(w, r, adm, decode)
+	d, ok := s.readRows(w, r, adm, decode, s.tableSchema(sh))
 	if !ok {
 		return
 	}
@@ -378,14 +391,24 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request) (*admission, bool
 	return adm, true
 }
 
+// tableSchema is the schema the rows of sh are decoded against: the
+// shard's own, once the engine tells it (engine.Shard has no accessor yet),
+// else Options.Schema.
+func (s *Server) tableSchema(sh *engine.Shard) *schema.Schema {
+	if t, ok := any(sh).(interface{ Schema() *schema.Schema }); ok {
+		return t.Schema()
+	}
+	return s.opts.Schema
+}
+
 // readRows reads and decodes the body within its limits, or answers.
-func (s *Server) readRows(w http.ResponseWriter, r *http.Request, adm *admission, decode bodyDecoder) (decoded, bool) {
+func (s *Server) readRows(w http.ResponseWriter, r *http.Request, adm *admission, decode bodyDecoder, sc *schema.Schema) (decoded, bool) {
 	in := r.Body
 	if r.ContentLength < 0 {
 		in = io.NopCloser(&reservingReader{r: r.Body, a: adm, limit: s.opts.MaxBodyBytes})
 	}
 	body := &bodyReader{r: http.MaxBytesReader(w, in, s.opts.MaxBodyBytes)}
-	d, err := decode(body, r.ContentLength)
+	d, err := decode(body, r.ContentLength, sc)
 	if err != nil {
 		code, e := s.decodeError(err, body)
 		s.fail(w, r, code, e)
@@ -398,8 +421,9 @@ func (s *Server) readRows(w http.ResponseWriter, r *http.Request, adm *admission
 	return d, true
 }
 
-// bodyDecoder decodes a body of size bytes (-1: unknown).
-type bodyDecoder func(body io.Reader, size int64) (decoded, error)
+// bodyDecoder decodes a body of size bytes (-1: unknown) for a table of
+// schema sc.
+type bodyDecoder func(body io.Reader, size int64, sc *schema.Schema) (decoded, error)
 
 // decoded is a request body as rows; locate names where a rejected row
 // came from (its line, or its record batch and row).
@@ -427,16 +451,16 @@ func (s *Server) decoder(w http.ResponseWriter, r *http.Request) (bodyDecoder, b
 	return nil, false
 }
 
-func (s *Server) decodeNDJSONBody(body io.Reader, _ int64) (decoded, error) {
-	rows, lines, perr := decodeNDJSON(body, s.opts.MaxRows, s.opts.MaxDecodedBytes)
+func (s *Server) decodeNDJSONBody(body io.Reader, _ int64, sc *schema.Schema) (decoded, error) {
+	rows, lines, perr := decodeNDJSON(body, sc, s.opts.MaxRows, s.opts.MaxDecodedBytes)
 	if perr != nil {
 		return decoded{}, perr
 	}
 	return decoded{rows: rows, locate: lineLocator(lines)}, nil
 }
 
-func (s *Server) decodeArrowBody(body io.Reader, size int64) (decoded, error) {
-	a, err := decodeArrow(body, memory.DefaultAllocator, arrowLimits{body: s.opts.MaxBodyBytes, decoded: s.opts.MaxDecodedBytes, rows: s.opts.MaxRows, size: size})
+func (s *Server) decodeArrowBody(body io.Reader, size int64, sc *schema.Schema) (decoded, error) {
+	a, err := decodeArrow(body, sc, memory.DefaultAllocator, arrowLimits{body: s.opts.MaxBodyBytes, decoded: s.opts.MaxDecodedBytes, rows: s.opts.MaxRows, size: size})
 	if err != nil {
 		return decoded{}, err
 	}
@@ -449,9 +473,27 @@ func lineLocator(lines []int) locator {
 		if re.Row < 0 || re.Row >= len(lines) {
 			return apiError{}, false
 		}
-		line := lines[re.Row]
-		return apiError{Error: fmt.Sprintf("line %d, column %q: %s", line, re.Column, re.Reason), Line: line, Column: re.Column}, true
+		line, path := lines[re.Row], innerPath(re)
+		return apiError{Error: fmt.Sprintf("line %d, column %q%s: %s", line, re.Column, at(path), re.Reason),
+			Line: line, Column: re.Column, Path: path}, true
 	}
+}
+
+// innerPath is the path of a row error inside its column's value, "" when
+// the error is about the value as a whole.
+func innerPath(re *schema.RowError) string {
+	if re.Path == re.Column {
+		return ""
+	}
+	return re.Path
+}
+
+// at names a path in a message.
+func at(path string) string {
+	if path == "" {
+		return ""
+	}
+	return " at " + path
 }
 
 // bodyReader remembers the first read error, so that a body over
@@ -508,7 +550,7 @@ func (s *Server) appendError(err error, locate locator) (int, apiError) {
 				return http.StatusBadRequest, e
 			}
 		}
-		return http.StatusBadRequest, apiError{Error: err.Error(), Column: rowErr.Column}
+		return http.StatusBadRequest, apiError{Error: err.Error(), Column: rowErr.Column, Path: innerPath(rowErr)}
 	case errors.As(err, &seqErr):
 		return http.StatusConflict, sequenceAnswer(seqErr)
 	case errors.Is(err, engine.ErrInvalidAppend):
@@ -553,7 +595,7 @@ func (e *parseError) api() apiError {
 	out := apiError{Error: e.Error(), Line: e.line}
 	var le *lineError
 	if errors.As(e.err, &le) {
-		out.Column = le.column
+		out.Column, out.Path = le.column, le.path
 		if le.offset >= 0 {
 			off := le.offset
 			out.ByteOffset = &off

@@ -102,7 +102,7 @@ func TestNDJSONNeverRewritesValues(t *testing.T) {
 func TestNDJSONKeepsJSONVerbatim(t *testing.T) {
 	meta := `{"z": "<a & b>", "a": [1.50, 2e0, {"y": null}], "e": "\u00e9\n"}`
 	body := `{"id":"\ud83d\ude00","prompt":"tab\there","completion":"\u00e9","metadata":` + meta + "}\n"
-	rows, _, perr := decodeNDJSON(strings.NewReader(body), 10, 1<<20)
+	rows, _, perr := decodeNDJSON(strings.NewReader(body), schema.Rollout(), 10, 1<<20)
 	if perr != nil {
 		t.Fatal(perr)
 	}

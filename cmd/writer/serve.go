@@ -142,7 +142,7 @@ func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
 	hostOpts := o.config().engineOptions() // what config check validated (engineopts.go)
 	hostOpts.Etcd, hostOpts.Logger, hostOpts.RequestTimeout = meta.client, log, meta.requestTimeout
 	hostOpts.Address, hostOpts.Snapshots, hostOpts.Registerer = scheme(tlsCfg)+"://"+addr, snaps, registry
-	srvOpts := server.Options{Shards: o.shards, Logger: log, Registry: registry, MaxBodyBytes: o.maxBodyBytes}
+	srvOpts := server.Options{Shards: o.shards, Logger: log, Registry: registry, MaxBodyBytes: o.maxBodyBytes, Schema: hostOpts.Schema}
 	if err := o.serverOptions(&srvOpts, hostOpts.MemoryBudget, log); err != nil {
 		lns.close()
 		return err
