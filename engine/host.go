@@ -301,3 +301,6 @@ func (h *Host) Close(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Table is the name of the table whose shards the host holds.
+func (h *Host) Table() string { return h.opts.Table }

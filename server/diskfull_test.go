@@ -14,7 +14,7 @@ import (
 // later succeeds); an append queued for the WAL when the disk filled may
 // yet be stored, so it is an unknown outcome, not a refusal.
 func TestDiskFullIs503(t *testing.T) {
-	s := New(Options{})
+	s := errorServer()
 	refused := fmt.Errorf("%w: shard s0: wal: out of disk space", engine.ErrNoSpace)
 	code, e := s.appendError(refused, nil)
 	if code != http.StatusServiceUnavailable || e.Code != codeDiskFull {
@@ -30,3 +30,7 @@ func TestDiskFullIs503(t *testing.T) {
 		t.Fatalf("%v answered %d %+v, want 409 outcome_unknown", queued, code, e)
 	}
 }
+
+// errorServer is a server for its mapping of errors alone: its host is
+// never asked anything.
+func errorServer() *Server { return New(Options{Host: new(engine.Host)}) }

@@ -1,6 +1,19 @@
 // Package server is the writer's HTTP interface: NDJSON and Arrow IPC
-// ingest into the shards of an engine.Host, flush, status, liveness,
-// readiness and metrics.
+// ingest into the shards of one or several tables (an engine.Host each),
+// flush, status, liveness, readiness and metrics.
+//
+// The routes of a table's shards, all under /v1/tables/{table}:
+//
+//	POST /shards/{shard}/rows                   ingest (NDJSON or Arrow IPC)
+//	POST /shards/{shard}/flush                  flush (admin)
+//	GET  /shards/{shard}                        the shard's engine.Status
+//	GET  /shards/{shard}/producers/{producer}   where a producer resumes
+//	GET  /shards                                every open shard's status
+//
+// and each again under /v1 alone (POST /v1/shards/{shard}/rows, ...), as
+// the shorthand for the first table (see tables.go). GET /v1/tables lists
+// the tables and their shards. The probes /livez and /readyz and /metrics
+// are the process's.
 package server
 
 import (
@@ -41,17 +54,15 @@ const (
 
 // Options configure a Server.
 type Options struct {
-	// Host holds the shards the server writes to (required).
-	Host *engine.Host
-	// Schema is the table's schema, the host's engine.Options.Schema: the
-	// decoders follow it (a json column keeps the JSON text sent, a list or
-	// struct column decodes to values, an Arrow column's type must fit its
-	// column's). Default schema.Rollout(), as the engine's; a shard that
-	// tells its own schema is decoded by that one (see tableSchema).
+	// Tables are the tables served, each with its host, schema and shards
+	// (see Table). The first is the one the shorthand routes /v1/shards/...
+	// address; the others are reached by /v1/tables/{table}/shards/...
+	// alone. Readiness requires the shards of every table.
+	Tables []Table
+	// Host, Schema and Shards are the one table of a server without
+	// Tables, as its Table's fields; set them or Tables, not both.
+	Host   *engine.Host
 	Schema *schema.Schema
-	// Shards are the shards this process hosts. Readiness requires every one
-	// of them to be open and healthy; a request for a shard outside them is
-	// 404. Empty means whatever the host has open.
 	Shards []string
 	// Logger receives request errors; default discards.
 	Logger *slog.Logger
@@ -103,12 +114,13 @@ const DefaultMaxInflightBytes = 64 << 20
 // budget: one eighth of it, and at least the body limit.
 func InflightBytesFor(budget, maxBody int64) int64 { return max(budget/8, maxBody) }
 
-// Server is an http.Handler over a Host.
+// Server is an http.Handler over the hosts of its tables.
 type Server struct {
 	opts   Options
 	mux    *http.ServeMux
 	ready  atomic.Bool
-	hosted map[string]bool
+	tables []*table // Options.tables(); the first is the shorthand's
+	byName map[string]*table
 
 	probeMu sync.Mutex
 	probing map[*engine.Shard]*probe
@@ -136,22 +148,23 @@ type probe struct {
 // holds it); past that the last known state answers.
 const probeWait = 300 * time.Millisecond
 
-// New returns a server that is not ready until SetReady(true).
+// New returns a server that is not ready until SetReady(true). It panics
+// when opts do not Validate.
 func New(opts Options) *Server {
+	if err := opts.Validate(); err != nil {
+		panic(err)
+	}
 	opts.ensureDefaults()
-	s := &Server{opts: opts, mux: http.NewServeMux(), hosted: map[string]bool{},
+	s := &Server{opts: opts, mux: http.NewServeMux(), byName: map[string]*table{},
 		probing: map[*engine.Shard]*probe{}, last: map[*engine.Shard]string{},
 		inflight: newInflight(opts.MaxInflightBytes, int64(opts.MaxInflightRequests), opts.InflightWait, opts.Registry),
 		tokens:   newTokens(opts.IngestTokens, opts.AdminTokens), probes: http.NewServeMux(), reason: "not started"}
 	s.conns, s.probeConns = newConnCounts(opts.Registry)
-	for _, name := range opts.Shards {
-		s.hosted[name] = true
+	for _, t := range opts.tables() {
+		s.tables = append(s.tables, newTable(t))
+		s.byName[t.Name] = s.tables[len(s.tables)-1]
 	}
-	s.mux.HandleFunc("POST /v1/shards/{shard}/rows", s.authorize(scopeIngest, s.handleRows))
-	s.mux.HandleFunc("POST /v1/shards/{shard}/flush", s.authorize(scopeAdmin, s.handleFlush))
-	s.mux.HandleFunc("GET /v1/shards/{shard}", s.authorize(scopeIngest, s.handleStatus))
-	s.mux.HandleFunc("GET /v1/shards/{shard}/producers/{producer}", s.authorize(scopeIngest, s.handleProducer))
-	s.mux.HandleFunc("GET /v1/shards", s.authorize(scopeIngest, s.handleList))
+	s.route()
 	opts.Logger.Info("http limits", "max_body_bytes", opts.MaxBodyBytes, "max_inflight_bytes", opts.MaxInflightBytes,
 		"max_inflight_requests", opts.MaxInflightRequests, "max_conns", opts.HTTP.MaxConns,
 		"ingest_tokens", len(opts.IngestTokens), "admin_tokens", len(opts.AdminTokens))
@@ -166,15 +179,32 @@ func New(opts Options) *Server {
 	return s
 }
 
+// route registers the /v1/ routes: each table route twice, under
+// /v1/tables/{table} and as the first table's shorthand under /v1.
+func (s *Server) route() {
+	for _, rt := range []struct {
+		method, path string
+		need         scope
+		h            tableHandler
+	}{
+		{"POST", "/shards/{shard}/rows", scopeIngest, s.handleRows},
+		{"POST", "/shards/{shard}/flush", scopeAdmin, s.handleFlush},
+		{"GET", "/shards/{shard}", scopeIngest, s.handleStatus},
+		{"GET", "/shards/{shard}/producers/{producer}", scopeIngest, s.handleProducer},
+		{"GET", "/shards", scopeIngest, s.handleList},
+	} {
+		s.mux.HandleFunc(rt.method+" /v1"+rt.path, s.authorize(rt.need, s.first(rt.h)))
+		s.mux.HandleFunc(rt.method+" /v1/tables/{table}"+rt.path, s.authorize(rt.need, s.named(rt.h)))
+	}
+	s.mux.HandleFunc("GET /v1/tables", s.authorize(scopeIngest, s.handleTables))
+}
+
 func (o *Options) ensureDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Registry == nil {
 		o.Registry = prometheus.NewRegistry()
-	}
-	if o.Schema == nil {
-		o.Schema = schema.Rollout()
 	}
 	setDefault(&o.MaxBodyBytes, DefaultMaxBodyBytes)
 	setDefault(&o.MaxRows, DefaultMaxRows)
@@ -247,6 +277,7 @@ const (
 	codeDiskFull         = "disk_full"          // 503: the shard waits for disk space (it recovers by itself); Retry-After
 	codeInflightLimit    = "inflight_limit"     // 429: the in-flight ingest bytes or requests are at their limit; Retry-After
 	codeBodyTimeout      = "body_timeout"       // 408: the body did not arrive within the body read timeout
+	codeUnknownTable     = "unknown_table"      // 404: the route names a table the server does not serve
 )
 
 // AppendResponse answers a successful ingest.
@@ -264,8 +295,10 @@ type FlushResponse struct {
 	Generation uint64 `json:"generation"`
 }
 
-// ListResponse answers GET /v1/shards.
+// ListResponse answers GET /v1/shards and /v1/tables/{table}/shards.
+// Table is the table's name ("" for an unnamed lone table).
 type ListResponse struct {
+	Table  string          `json:"table,omitempty"`
 	Shards []engine.Status `json:"shards"`
 }
 
@@ -299,19 +332,20 @@ func (s *Server) failAt(w http.ResponseWriter, r *http.Request, level slog.Level
 	writeJSON(w, code, e)
 }
 
-// shard resolves the {shard} of a request or answers 404 / 503.
-func (s *Server) shard(w http.ResponseWriter, r *http.Request) (*engine.Shard, bool) {
+// shard resolves the {shard} of a request to t or answers 404 / 503.
+func (s *Server) shard(w http.ResponseWriter, r *http.Request, t *table) (*engine.Shard, bool) {
 	name := r.PathValue("shard")
-	if len(s.hosted) > 0 && !s.hosted[name] {
-		s.fail(w, r, http.StatusNotFound, apiError{Error: fmt.Sprintf("unknown shard %q: not hosted here", name)})
+	quoted := t.shardName(fmt.Sprintf("%q", name))
+	if len(t.hosted) > 0 && !t.hosted[name] {
+		s.fail(w, r, http.StatusNotFound, apiError{Error: fmt.Sprintf("unknown shard %s: not hosted here", quoted)})
 		return nil, false
 	}
-	sh, ok := s.opts.Host.Shard(name)
+	sh, ok := t.Host.Shard(name)
 	if !ok {
-		if len(s.hosted) > 0 {
-			s.fail(w, r, http.StatusServiceUnavailable, apiError{Error: fmt.Sprintf("shard %q is not open (yet)", name)})
+		if len(t.hosted) > 0 {
+			s.fail(w, r, http.StatusServiceUnavailable, apiError{Error: fmt.Sprintf("shard %s is not open (yet)", quoted)})
 		} else {
-			s.fail(w, r, http.StatusNotFound, apiError{Error: fmt.Sprintf("unknown shard %q", name)})
+			s.fail(w, r, http.StatusNotFound, apiError{Error: fmt.Sprintf("unknown shard %s", quoted)})
 		}
 		return nil, false
 	}
@@ -326,8 +360,9 @@ func (s *Server) notReady(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-func (s *Server) handleRows(w http.ResponseWriter, r *http.Request) {
-	sh, ok := s.shard(w, r)
+// handleRows ingests into a shard of t, decoding with t's schema.
+func (s *Server) handleRows(w http.ResponseWriter, r *http.Request, t *table) {
+	sh, ok := s.shard(w, r, t)
 	if !ok || s.notReady(w, r) {
 		return
 	}
@@ -345,7 +380,7 @@ func (s *Server) handleRows(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer adm.done()
-	d, ok := s.readRows(w, r, adm, decode, s.tableSchema(sh))
+	d, ok := s.readRows(w, r, adm, decode, tableSchema(t, sh))
 	if !ok {
 		return
 	}
@@ -391,14 +426,14 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request) (*admission, bool
 	return adm, true
 }
 
-// tableSchema is the schema the rows of sh are decoded against: the
-// shard's own, once the engine tells it (engine.Shard has no accessor yet),
-// else Options.Schema.
-func (s *Server) tableSchema(sh *engine.Shard) *schema.Schema {
-	if t, ok := any(sh).(interface{ Schema() *schema.Schema }); ok {
-		return t.Schema()
+// tableSchema is the schema the rows of sh, a shard of t, are decoded
+// against: the shard's own, once the engine tells it (engine.Shard has no
+// accessor yet), else the table's.
+func tableSchema(t *table, sh *engine.Shard) *schema.Schema {
+	if st, ok := any(sh).(interface{ Schema() *schema.Schema }); ok {
+		return st.Schema()
 	}
-	return s.opts.Schema
+	return t.Schema
 }
 
 // readRows reads and decodes the body within its limits, or answers.
@@ -613,8 +648,8 @@ func (e *parseError) Error() string {
 	return e.err.Error()
 }
 
-func (s *Server) handleFlush(w http.ResponseWriter, r *http.Request) {
-	sh, ok := s.shard(w, r)
+func (s *Server) handleFlush(w http.ResponseWriter, r *http.Request, t *table) {
+	sh, ok := s.shard(w, r, t)
 	if !ok || s.notReady(w, r) {
 		return
 	}
@@ -627,17 +662,17 @@ func (s *Server) handleFlush(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, FlushResponse{Generation: g})
 }
 
-func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
-	sh, ok := s.shard(w, r)
+func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request, t *table) {
+	sh, ok := s.shard(w, r, t)
 	if !ok {
 		return
 	}
 	writeJSON(w, http.StatusOK, sh.Status())
 }
 
-func (s *Server) handleList(w http.ResponseWriter, _ *http.Request) {
-	out := ListResponse{Shards: []engine.Status{}}
-	for _, sh := range s.opts.Host.Shards() {
+func (s *Server) handleList(w http.ResponseWriter, _ *http.Request, t *table) {
+	out := ListResponse{Table: t.Name, Shards: []engine.Status{}}
+	for _, sh := range t.Host.Shards() {
 		out.Shards = append(out.Shards, sh.Status())
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -671,26 +706,36 @@ func (s *Server) noteReadiness(r *http.Request, reason string) {
 	s.opts.Logger.InfoContext(r.Context(), "readyz: unready", "reason", reason)
 }
 
-// unready says why the server is not ready, or "".
+// unready says why the server is not ready, or "": the first shard, of
+// the tables in order, that is not open or is stopped.
 func (s *Server) unready() string {
 	if !s.ready.Load() {
 		return "not ready: shards are replaying or the writer is shutting down"
 	}
-	names := s.opts.Shards
-	var shards []*engine.Shard
-	if len(names) == 0 {
-		shards = s.opts.Host.Shards()
+	for _, t := range s.tables {
+		if why := s.tableUnready(t); why != "" {
+			return why
+		}
 	}
-	for _, name := range names {
-		sh, ok := s.opts.Host.Shard(name)
+	return ""
+}
+
+// tableUnready says why t is not ready, or "".
+func (s *Server) tableUnready(t *table) string {
+	var shards []*engine.Shard
+	if len(t.Shards) == 0 {
+		shards = t.Host.Shards()
+	}
+	for _, name := range t.Shards {
+		sh, ok := t.Host.Shard(name)
 		if !ok {
-			return fmt.Sprintf("shard %s is not open", name)
+			return fmt.Sprintf("shard %s is not open", t.shardName(name))
 		}
 		shards = append(shards, sh)
 	}
 	for _, sh := range shards {
 		if why := s.stopped(sh); why != "" {
-			return fmt.Sprintf("shard %s is stopped: %s", sh.Name(), why)
+			return fmt.Sprintf("shard %s is stopped: %s", t.shardName(sh.Name()), why)
 		}
 	}
 	return ""

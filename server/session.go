@@ -16,11 +16,12 @@ import (
 //
 //	POST /v1/shards/{shard}/rows?producer=P&seq=N
 //
-// The engine judges the sequence (engine.Producer): at the producer's next
-// expected sequence the rows are stored; a retry of an acknowledged request
-// answers 200 with every row a duplicate; anything else is a 409 with code
-// "sequence" naming the expected sequence. A producer that kept its id
-// reads where to resume from
+// or the same under /v1/tables/{table}: a session is one shard's, of one
+// table. The engine judges the sequence (engine.Producer): at the
+// producer's next expected sequence the rows are stored; a retry of an
+// acknowledged request answers 200 with every row a duplicate; anything
+// else is a 409 with code "sequence" naming the expected sequence. A
+// producer that kept its id reads where to resume from
 //
 //	GET /v1/shards/{shard}/producers/{P}  →  {"producer": P, "next_seq": N, "known": bool}
 
@@ -127,8 +128,8 @@ func sequenceAnswer(e *engine.SequenceError) apiError {
 // only while the shard takes writes here: a stopped (fenced) shard's state
 // may be behind its new owner's, and a producer resuming from it would
 // have its new rows taken for retries.
-func (s *Server) handleProducer(w http.ResponseWriter, r *http.Request) {
-	sh, ok := s.shard(w, r)
+func (s *Server) handleProducer(w http.ResponseWriter, r *http.Request, t *table) {
+	sh, ok := s.shard(w, r, t)
 	if !ok || s.notReady(w, r) {
 		return
 	}
@@ -138,7 +139,7 @@ func (s *Server) handleProducer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if why := s.stopped(sh); why != "" {
-		s.fail(w, r, http.StatusServiceUnavailable, apiError{Error: fmt.Sprintf("shard %s is stopped: %s", sh.Name(), why), Code: codeStopped})
+		s.fail(w, r, http.StatusServiceUnavailable, apiError{Error: fmt.Sprintf("shard %s is stopped: %s", t.shardName(sh.Name()), why), Code: codeStopped})
 		return
 	}
 	next, known := sh.ProducerNextSeq(id)

@@ -234,7 +234,7 @@ func TestWALRecordLimitIs413(t *testing.T) {
 	if perr == nil {
 		t.Fatal("wal.Prepare took a payload over MaxPayloadSize")
 	}
-	s := New(Options{})
+	s := errorServer()
 	code, e := s.appendError(fmt.Errorf("engine: shard s0: %w", perr), nil)
 	if code != http.StatusRequestEntityTooLarge || e.Code != codeTooLarge || !strings.Contains(e.Error, perr.Error()) {
 		t.Fatalf("%v answered %d %+v, want 413 too_large naming it", perr, code, e)

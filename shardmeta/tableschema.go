@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/rollwal/rollwal/internal/etcderr"
 	"github.com/rollwal/rollwal/schema"
 )
 
@@ -37,8 +38,24 @@ func (k Keys) Schema() string { return k.Root() + "schema" }
 
 // EnsureSchema records s as the table's schema when the table has none,
 // and otherwise checks that s is the recorded one; a difference is an
-// ErrSchemaMismatch naming it. It returns the record.
+// ErrSchemaMismatch naming it. It returns the record. Like a claim, it
+// rides out an etcd without a leader: a transient failure is tried again
+// until ctx ends.
 func EnsureSchema(ctx context.Context, cli *clientv3.Client, keys Keys, s *schema.Schema, timeout time.Duration) (*SchemaRecord, error) {
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		rec, err := ensureSchemaOnce(ctx, cli, keys, s, timeout)
+		if err == nil || !etcderr.Transient(err) || ctx.Err() != nil {
+			return rec, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, errors.Join(err, ctx.Err())
+		case <-time.After(wait):
+		}
+	}
+}
+
+func ensureSchemaOnce(ctx context.Context, cli *clientv3.Client, keys Keys, s *schema.Schema, timeout time.Duration) (*SchemaRecord, error) {
 	if err := keys.Validate(); err != nil {
 		return nil, err
 	}

@@ -56,6 +56,9 @@ type Config struct {
 	// Columns are the table's columns (id, _seq and _epoch are implicit);
 	// the default is the rollout schema.
 	Columns []schema.Column `yaml:"columns"`
+	// Tables, when set, are the tables serve hosts (tables.go); table,
+	// shards, columns and the flush settings are then their defaults.
+	Tables []TableConfig `yaml:"tables,omitempty"`
 }
 
 func defaultConfig() Config {
@@ -344,7 +347,7 @@ func badValue(key string, value any, format string, args ...any) error {
 
 // Validate reports the first unusable setting, naming its key and value.
 func (c *Config) Validate() error {
-	for _, check := range []func() error{c.validatePlaces, c.validateColumns, c.validateShards, c.validateSizes, c.validateEtcd, c.validateSnapshots, c.Limits.validate, c.validateHTTP, c.validateIceberg,
+	for _, check := range []func() error{c.validatePlaces, c.validateColumns, c.validateShards, c.validateTables, c.validateSizes, c.validateEtcd, c.validateSnapshots, c.Limits.validate, c.validateHTTP, c.validateIceberg,
 		c.validateMemory, c.validateEngine} {
 		if err := check(); err != nil {
 			return err
@@ -362,12 +365,30 @@ func (c *Config) validateColumns() error {
 }
 
 // schema is the table's schema; Validate has checked the columns.
-func (c *Config) schema() *schema.Schema {
-	s, err := schema.New(c.Columns)
+func (c *Config) schema() *schema.Schema { return mustSchema(c.Columns) }
+
+func mustSchema(cols []schema.Column) *schema.Schema {
+	s, err := schema.New(cols)
 	if err != nil {
 		panic(fmt.Sprintf("columns not validated: %v", err))
 	}
 	return s
+}
+
+// chosenTable is the table a command that works on one works on: --table
+// (one of tables: when the configuration has them), else the first.
+func (c *Config) chosenTable(f *pflag.FlagSet) (TableConfig, error) {
+	if len(c.Tables) == 0 || f.Changed("table") {
+		if t, ok := c.table(c.Table); ok {
+			return t, nil
+		}
+		names := make([]string, len(c.Tables))
+		for i, t := range c.Tables {
+			names[i] = t.Name
+		}
+		return TableConfig{}, fmt.Errorf("--table %s: not a table of the configuration (tables: %s)", c.Table, strings.Join(names, ", "))
+	}
+	return c.tables()[0], nil
 }
 
 func (c *Config) validatePlaces() error {
@@ -404,17 +425,19 @@ func checkAddress(addr string) error {
 	return nil
 }
 
-func (c *Config) validateShards() error {
-	if len(c.Shards) == 0 {
-		return badValue("shards", "[]", "need at least one shard")
+func (c *Config) validateShards() error { return checkShards("shards", c.Shards) }
+
+func checkShards(key string, shards []string) error {
+	if len(shards) == 0 {
+		return badValue(key, "[]", "need at least one shard")
 	}
 	seen := map[string]bool{}
-	for _, s := range c.Shards {
+	for _, s := range shards {
 		if err := shardmeta.ValidateShard(s); err != nil {
-			return badValue("shards", c.Shards, "%v", err)
+			return badValue(key, shards, "%v", err)
 		}
 		if seen[s] {
-			return badValue("shards", c.Shards, "%q named twice", s)
+			return badValue(key, shards, "%q named twice", s)
 		}
 		seen[s] = true
 	}
@@ -525,7 +548,10 @@ type storeOptions struct {
 	dataDir    string
 	table      string
 	etcd       etcdclient.Config
-	schema     *schema.Schema // the configuration's columns
+	schema     *schema.Schema // the table's columns
+	// tables are every table of the configuration when it has tables:
+	// and --table was not given; merge merges each.
+	tables []TableConfig
 }
 
 // addDataFlags binds --config, --data-dir and --table.
@@ -548,7 +574,15 @@ func (o *storeOptions) resolve(f *pflag.FlagSet) error {
 	if err != nil {
 		return err
 	}
-	o.dataDir, o.table, o.etcd, o.schema = cfg.DataDir, cfg.Table, cfg.Etcd, cfg.schema()
+	o.dataDir, o.etcd = cfg.DataDir, cfg.Etcd
+	t, err := cfg.chosenTable(f)
+	if err != nil {
+		return err
+	}
+	o.table, o.schema = t.Name, mustSchema(t.Columns)
+	if len(cfg.Tables) > 0 && !f.Changed("table") {
+		o.tables = cfg.tables()
+	}
 	return nil
 }
 
@@ -557,7 +591,8 @@ func (o *serveOptions) config() Config {
 	return Config{DataDir: o.dataDir, Listen: o.listen, AdminListen: o.adminListen, Table: o.table,
 		Shards: o.shards, FlushBytes: o.flushBytes, FlushAge: o.flushAge, LeaseTTL: o.leaseTTL,
 		MaxBodyBytes: o.maxBodyBytes, ShutdownTimeout: o.shutdownTimeout, UnreadyDelay: o.unreadyDelay, LogLevel: o.logLevel, Etcd: o.etcd,
-		Snapshots: o.snapshots, Limits: o.limits, HTTP: o.http, MemoryBudget: o.memoryBudget, Iceberg: o.iceberg, Columns: o.columns}
+		Snapshots: o.snapshots, Limits: o.limits, HTTP: o.http, MemoryBudget: o.memoryBudget, Iceberg: o.iceberg, Columns: o.columns,
+		Tables: o.tables}
 }
 
 // resolve applies the configuration file under the flags set.
@@ -570,6 +605,6 @@ func (o *serveOptions) resolve(f *pflag.FlagSet) error {
 	o.flushBytes, o.flushAge, o.leaseTTL = c.FlushBytes, c.FlushAge, c.LeaseTTL
 	o.maxBodyBytes, o.shutdownTimeout, o.unreadyDelay, o.logLevel, o.etcd = c.MaxBodyBytes, c.ShutdownTimeout, c.UnreadyDelay, c.LogLevel, c.Etcd
 	o.snapshots, o.limits, o.http, o.memoryBudget = c.Snapshots, c.Limits, c.HTTP, c.MemoryBudget
-	o.iceberg, o.columns = c.Iceberg, c.Columns
+	o.iceberg, o.columns, o.tables = c.Iceberg, c.Columns, c.Tables
 	return nil
 }

@@ -105,7 +105,12 @@ func (o *serveOptions) icebergRESTServer(meta *metadata, log *slog.Logger) (*htt
 		return nil, fmt.Errorf("http.admin_token_file %s: %w", o.http.AdminTokenFile, err)
 	}
 	log = log.With("listener", "iceberg_rest")
-	cat, err := catalog.New(catalog.Options{Client: meta.client, Prefix: catalog.BasePrefix(metaPrefix, o.table), FS: vfs.Default,
+	cfg := o.config()
+	tables := cfg.tables()
+	if len(tables) > 1 {
+		log.Warn("the Iceberg REST catalog serves the first table only", "table", tables[0].Name, "tables", len(tables))
+	}
+	cat, err := catalog.New(catalog.Options{Client: meta.client, Prefix: catalog.BasePrefix(metaPrefix, tables[0].Name), FS: vfs.Default,
 		RequestTimeout: meta.requestTimeout, Logger: log})
 	if err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -99,6 +100,7 @@ func newMerge() *cobra.Command {
 
 // mergeReport is what one pass did and what readers now see.
 type mergeReport struct {
+	Table       string                 `json:"table"`
 	Generations int                    `json:"generations"`
 	RowsRead    int64                  `json:"rows_read"`
 	RowsStaged  int64                  `json:"rows_staged"`
@@ -117,7 +119,10 @@ func (o *mergeOptions) run(ctx context.Context, out io.Writer) error {
 	if err := o.maintenance.validate(); err != nil {
 		return err
 	}
-	log := newLogger(slog.LevelWarn)
+	if len(o.tables) > 1 {
+		return o.runTables(ctx, out)
+	}
+	log := newLogger(slog.LevelWarn).With("table", o.table)
 	if o.every > 0 {
 		return o.repeat(ctx, out, log)
 	}
@@ -127,6 +132,48 @@ func (o *mergeOptions) run(ctx context.Context, out io.Writer) error {
 	}
 	defer s.close()
 	return o.pass(ctx, s.c, out)
+}
+
+// runTables merges every table of the configuration, each with its own
+// coordinator and lock: one pass of each in turn, or, with --every, each
+// table's passes side by side until ctx ends. Reports are written whole,
+// one at a time.
+func (o *mergeOptions) runTables(ctx context.Context, out io.Writer) error {
+	lw := &lockedWriter{w: out}
+	errs := make([]error, len(o.tables))
+	var wg sync.WaitGroup
+	for i, t := range o.tables {
+		one := *o
+		one.tables, one.table, one.schema = nil, t.Name, mustSchema(t.Columns)
+		if o.every == 0 {
+			errs[i] = one.run(ctx, lw)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = one.run(ctx, lw)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			errs[i] = fmt.Errorf("table %s: %w", o.tables[i].Name, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// lockedWriter serialises the writes of several merges to one output.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // Log messages of merge --every.
@@ -231,7 +278,7 @@ func (o *mergeOptions) pass(ctx context.Context, c *publish.Coordinator, out io.
 	if err != nil {
 		return err
 	}
-	rep := mergeReport{Generations: res.Generations, RowsRead: res.RowsRead, RowsStaged: res.RowsStaged, Dropped: res.Dropped, Compacted: res.Compacted}
+	rep := mergeReport{Table: o.table, Generations: res.Generations, RowsRead: res.RowsRead, RowsStaged: res.RowsStaged, Dropped: res.Dropped, Compacted: res.Compacted}
 	if m, ok, err := publish.LatestReaderManifest(vfs.Default, c.BaseDir()); err != nil {
 		return err
 	} else if ok {

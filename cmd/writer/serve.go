@@ -44,6 +44,7 @@ type serveOptions struct {
 	http            HTTPConfig
 	iceberg         IcebergConfig
 	columns         []schema.Column
+	tables          []TableConfig
 }
 
 func newServe() *cobra.Command {
@@ -139,20 +140,30 @@ func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
 		return err
 	}
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	hostOpts := o.config().engineOptions() // what config check validated (engineopts.go)
-	hostOpts.Etcd, hostOpts.Logger, hostOpts.RequestTimeout = meta.client, log, meta.requestTimeout
-	hostOpts.Address, hostOpts.Snapshots, hostOpts.Registerer = scheme(tlsCfg)+"://"+addr, snaps, registry
-	srvOpts := server.Options{Shards: o.shards, Logger: log, Registry: registry, MaxBodyBytes: o.maxBodyBytes, Schema: hostOpts.Schema}
-	if err := o.serverOptions(&srvOpts, hostOpts.MemoryBudget, log); err != nil {
+	cfg := o.config()
+	srvOpts := server.Options{Logger: log, Registry: registry, MaxBodyBytes: o.maxBodyBytes}
+	if err := o.serverOptions(&srvOpts, cfg.memoryBudget(), log); err != nil {
 		lns.close()
 		return err
 	}
-	host, err := engine.NewHost(hostOpts)
-	if err != nil {
+	for _, t := range cfg.tables() {
+		hostOpts := cfg.tableOptions(t) // what config check validated (engineopts.go)
+		hostOpts.Etcd, hostOpts.Logger, hostOpts.RequestTimeout = meta.client, log.With("table", t.Name), meta.requestTimeout
+		hostOpts.Address, hostOpts.Snapshots = scheme(tlsCfg)+"://"+addr, snaps
+		hostOpts.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"table": t.Name}, registry)
+		host, err := engine.NewHost(hostOpts)
+		if err != nil {
+			lns.close()
+			closeHosts(context.Background(), srvOpts.Tables, log)
+			return err
+		}
+		srvOpts.Tables = append(srvOpts.Tables, server.Table{Name: t.Name, Host: host, Schema: hostOpts.Schema, Shards: t.Shards})
+	}
+	if err := srvOpts.Validate(); err != nil {
 		lns.close()
+		closeHosts(context.Background(), srvOpts.Tables, log)
 		return err
 	}
-	srvOpts.Host = host
 	srv := server.New(srvOpts)
 	servers, served := lns.serve(srv, tlsCfg) // /livez and /readyz answer while the shards replay
 	if restSrv != nil {
@@ -162,23 +173,11 @@ func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
 	log.Info("http server started; ready once the shards are claimed and replayed", "addr", addr, "probe_addr", lns.probeAddr(),
 		"scheme", scheme(tlsCfg), "client_certs", tlsCfg != nil && tlsCfg.ClientAuth != tls.NoClientCert)
 
-	var runErr error
-	opened := true
-	for _, name := range o.shards {
-		start := time.Now()
-		sh, err := host.Open(ctx, name)
-		if err != nil {
-			if ctx.Err() == nil { // else a signal came during replay: shut down cleanly
-				runErr = fmt.Errorf("open shard %s: %w", name, err)
-			}
-			opened = false
-			break
-		}
-		log.Info("shard open", "shard", name, "epoch", sh.Epoch(), "took", time.Since(start).Round(time.Millisecond).String())
-	}
+	runErr := openShards(ctx, srvOpts.Tables, log)
+	opened := runErr == nil && ctx.Err() == nil
 	if opened {
 		srv.SetReady(true)
-		log.Info("listening", "addr", addr, "shards", o.shards, "data_dir", o.dataDir)
+		log.Info("listening", "addr", addr, "tables", tableNames(srvOpts.Tables), "shards", o.shards, "data_dir", o.dataDir)
 		select {
 		case <-ctx.Done():
 			log.Info("shutting down", "timeout", o.shutdownTimeout.String())
@@ -199,13 +198,54 @@ func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	defer cancel()
 	drainHTTP(servers, o.shutdownTimeout/2, log)
-	if err := host.Close(shutdownCtx); err != nil {
-		runErr = errors.Join(runErr, fmt.Errorf("close shards: %w", err))
+	if err := closeHosts(shutdownCtx, srvOpts.Tables, log); err != nil {
+		runErr = errors.Join(runErr, err)
 	}
 	if runErr == nil {
 		log.Info("stopped")
 	}
 	return runErr
+}
+
+// openShards claims and opens every table's shards, in order. A signal
+// during a replay (ctx ended) is no error: serve shuts down cleanly.
+func openShards(ctx context.Context, tables []server.Table, log *slog.Logger) error {
+	for _, t := range tables {
+		for _, name := range t.Shards {
+			start := time.Now()
+			sh, err := t.Host.Open(ctx, name)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				if len(tables) > 1 {
+					return fmt.Errorf("table %s: open shard %s: %w", t.Name, name, err)
+				}
+				return fmt.Errorf("open shard %s: %w", name, err)
+			}
+			log.Info("shard open", "table", t.Name, "shard", name, "epoch", sh.Epoch(), "took", time.Since(start).Round(time.Millisecond).String())
+		}
+	}
+	return nil
+}
+
+// closeHosts closes every table's host (flush, release the leases).
+func closeHosts(ctx context.Context, tables []server.Table, log *slog.Logger) error {
+	var errs []error
+	for _, t := range tables {
+		if err := t.Host.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("table %s: close shards: %w", t.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func tableNames(tables []server.Table) []string {
+	out := make([]string, len(tables))
+	for i, t := range tables {
+		out[i] = t.Name
+	}
+	return out
 }
 
 // msgCutConnections is logged when the drain at shutdown ran out of time.

@@ -80,7 +80,11 @@ func (o *walOptions) prepare(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	o.dataDir, o.table, o.logLevel, o.schema = cfg.DataDir, cfg.Table, cfg.LogLevel, cfg.schema()
+	t, err := cfg.chosenTable(cmd.Flags())
+	if err != nil {
+		return err
+	}
+	o.dataDir, o.logLevel, o.table, o.schema = cfg.DataDir, cfg.LogLevel, t.Name, mustSchema(t.Columns)
 	if _, err := vfs.Default.Stat(o.dir()); err != nil {
 		return fmt.Errorf("shard %s has no WAL: %w", o.shard, err)
 	}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/shardmeta"
+)
+
+// TableConfig is one table of a serve that hosts several (tables:). What
+// it leaves unset is the top level's: shards, columns, flush_bytes,
+// flush_age; its memory_budget defaults to an equal share of the top
+// level's.
+type TableConfig struct {
+	Name         string          `yaml:"name"`
+	Shards       []string        `yaml:"shards,omitempty"`
+	Columns      []schema.Column `yaml:"columns,omitempty"`
+	FlushBytes   int64           `yaml:"flush_bytes,omitempty"`
+	FlushAge     time.Duration   `yaml:"flush_age,omitempty"`
+	MemoryBudget int64           `yaml:"memory_budget,omitempty"`
+}
+
+// maxTables bounds tables: per process: each has its own host, leases and
+// shards.
+const maxTables = 64
+
+// tables returns the tables the configuration describes, every setting
+// filled in: the one of the top level (table, shards, columns, …) when
+// tables: is empty.
+func (c *Config) tables() []TableConfig {
+	if len(c.Tables) == 0 {
+		return []TableConfig{{Name: c.Table, Shards: c.Shards, Columns: c.Columns, FlushBytes: c.FlushBytes,
+			FlushAge: c.FlushAge, MemoryBudget: c.memoryBudget()}}
+	}
+	out := make([]TableConfig, len(c.Tables))
+	for i, t := range c.Tables {
+		if len(t.Shards) == 0 {
+			t.Shards = c.Shards
+		}
+		if len(t.Columns) == 0 {
+			t.Columns = c.Columns
+		}
+		if t.FlushBytes == 0 {
+			t.FlushBytes = c.FlushBytes
+		}
+		if t.FlushAge == 0 {
+			t.FlushAge = c.FlushAge
+		}
+		if t.MemoryBudget == 0 {
+			t.MemoryBudget = max(c.memoryBudget()/int64(len(c.Tables)), 2*t.FlushBytes)
+		}
+		out[i] = t
+	}
+	return out
+}
+
+// table returns the table named name, for the commands that work on one.
+func (c *Config) table(name string) (TableConfig, bool) {
+	for _, t := range c.tables() {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return TableConfig{}, false
+}
+
+// validateTables checks tables: names, each table's shards and columns;
+// the engine's checks of each follow in validateEngine.
+func (c *Config) validateTables() error {
+	if len(c.Tables) > maxTables {
+		return badValue("tables", len(c.Tables), "more than %d tables in one process", maxTables)
+	}
+	seen := map[string]bool{}
+	for i, t := range c.tables() {
+		key := fmt.Sprintf("tables[%d]", i)
+		if len(c.Tables) == 0 {
+			key = "table"
+		}
+		if err := (shardmeta.Keys{Prefix: "rollwal", Table: t.Name}).Validate(); err != nil {
+			return badValue(key+".name", t.Name, "%v", err)
+		}
+		if seen[t.Name] {
+			return badValue(key+".name", t.Name, "is the name of another table")
+		}
+		seen[t.Name] = true
+		if _, err := schema.New(t.Columns); err != nil {
+			return badValue(key+".columns", len(t.Columns), "%v", err)
+		}
+		if err := checkShards(key+".shards", t.Shards); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/rollwal/rollwal/internal/pyenv"
+)
+
+// TestTwoTablesOneServe: one serve hosts two tables of different columns
+// (tables:), each fed through its own route (and the first through the
+// shorthand route too); one merge publishes both; each base holds exactly
+// its own rows, with its own columns.
+func TestTwoTablesOneServe(t *testing.T) {
+	py := pyenv.Python(t, "what the two tables' bases hold")
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "writer.yaml")
+	cfg := fmt.Sprintf(`data_dir: %s
+listen: 127.0.0.1:0
+tables:
+  - name: rollouts
+  - name: tokens
+    shards: [t0, t1]
+    columns:
+      - {name: tokens, type: "list<int32>"}
+      - {name: score, type: float32, nullable: true}
+`, filepath.Join(dir, "data"))
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run(t, "config", "check", "--config", cfgPath); err != nil || !strings.Contains(out, "name: tokens") {
+		t.Fatalf("config check: %v\n%s", err, out)
+	}
+	p := startServe(t, "--config", cfgPath)
+	post := func(path, body string, want int) {
+		t.Helper()
+		if code, resp := httpDo(t, "POST", p.url(path), "application/x-ndjson", body); code != want {
+			t.Fatalf("POST %s: %d %s; want %d", path, code, resp, want)
+		}
+	}
+	rollout := func(id string) string {
+		return fmt.Sprintf(`{"id":%q,"prompt":"p","completion":"c"}`+"\n", id)
+	}
+	tokens := func(id string, n int) string {
+		return fmt.Sprintf(`{"id":%q,"tokens":[%d,%d,%d],"score":0.5}`+"\n", id, n, n+1, n+2)
+	}
+	post("/v1/tables/rollouts/shards/default/rows", rollout("r1")+rollout("r2"), http.StatusOK)
+	post("/v1/shards/default/rows", rollout("r3"), http.StatusOK) // the shorthand: the first table
+	post("/v1/tables/tokens/shards/t0/rows", tokens("k1", 1)+tokens("k2", 2), http.StatusOK)
+	post("/v1/tables/tokens/shards/t1/rows", tokens("k3", 3), http.StatusOK)
+	post("/v1/tables/tokens/shards/t0/rows", rollout("bad"), http.StatusBadRequest) // the other table's columns
+	post("/v1/tables/nope/shards/t0/rows", tokens("k9", 9), http.StatusNotFound)
+	post("/v1/tables/rollouts/shards/t0/rows", rollout("r9"), http.StatusNotFound) // t0 is the other table's shard
+	code, body := httpDo(t, "GET", p.url("/v1/tables"), "", "")
+	if code != http.StatusOK || !strings.Contains(string(body), "tokens") || !strings.Contains(string(body), "rollouts") {
+		t.Fatalf("GET /v1/tables: %d %s", code, body)
+	}
+	p.signal(t, syscall.SIGTERM)
+	if err := p.wait(t, time.Minute); err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	out, err := run(t, "merge", "--config", cfgPath, "-o", "json")
+	if err != nil {
+		t.Fatalf("merge: %v\n%s", err, out)
+	}
+	dec := json.NewDecoder(strings.NewReader(out))
+	merged := map[string]int64{}
+	for dec.More() {
+		var rep mergeReport
+		if err := dec.Decode(&rep); err != nil {
+			t.Fatalf("merge report: %v\n%s", err, out)
+		}
+		merged[rep.Table] = rep.Base.Rows
+	}
+	if merged["rollouts"] != 3 || merged["tokens"] != 3 {
+		t.Fatalf("merged %v; want 3 rows in each table", merged)
+	}
+	for table, want := range map[string]string{
+		"rollouts": `[["r1", "r2", "r3"], ["completion", "id", "metadata", "prompt", "reward"]]`,
+		"tokens":   `[["k1", "k2", "k3"], ["id", "score", "tokens"]]`,
+	} {
+		got := readTableWithPyarrow(t, py, filepath.Join(dir, "data", table, "base"))
+		if got != want {
+			t.Errorf("table %s: pyarrow read %s; want %s", table, got, want)
+		}
+	}
+}
+
+// readTableWithPyarrow returns the sorted ids and user column names of a
+// base, as pyarrow reads the files of its latest readers' manifest.
+func readTableWithPyarrow(t *testing.T, py, baseDir string) string {
+	t.Helper()
+	const script = `
+import glob, json, os, sys
+import pyarrow.dataset as ds
+base = sys.argv[1]
+m = json.load(open(max(glob.glob(os.path.join(base, "_manifest", "*.json")))))
+tb = ds.dataset([os.path.join(base, f["path"]) for f in m["files"]]).to_table()
+cols = sorted(c for c in tb.column_names if not c.startswith("_"))
+print(json.dumps([sorted(tb.column("id").to_pylist()), cols]))
+`
+	out, err := exec.Command(py, "-c", script, baseDir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("pyarrow on %s: %v\n%s", baseDir, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
