@@ -113,3 +113,32 @@ print(json.dumps([sorted(tb.column("id").to_pylist()), cols]))
 	}
 	return strings.TrimSpace(string(out))
 }
+
+// TestTablesConfigRefused: a bad tables: section is refused by config
+// check naming the key, and --table must name one of the tables.
+func TestTablesConfigRefused(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ yaml, want string }{
+		{"tables: [{name: a}, {name: a}]", `tables[1].name "a": is the name of another table`},
+		{"tables: [{name: a/b}]", "tables[0].name"},
+		{"tables: [{name: a, shards: [x, x]}]", `"x" named twice`},
+		{`tables: [{name: a, columns: [{name: c, type: "list<list<int32>>"}]}]`, "not supported"},
+		{"memory_budget: 268435456\ntables: [{name: a, memory_budget: 201326592}, {name: b, memory_budget: 201326592}]", "add up to"},
+		{"tables: [{name: a, flush_bites: 1}]", "flush_bites"},
+	} {
+		path := filepath.Join(dir, "c.yaml")
+		if err := os.WriteFile(path, []byte(tc.yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := run(t, "config", "check", "--config", path); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v\n%s; want an error with %q", tc.yaml, err, out, tc.want)
+		}
+	}
+	path := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(path, []byte("tables: [{name: a}, {name: b}]"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, "merge", "--config", path, "--data-dir", dir, "--table", "c"); err == nil || !strings.Contains(err.Error(), "--table c: not a table of the configuration (tables: a, b)") {
+		t.Errorf("merge --table c: %v", err)
+	}
+}
