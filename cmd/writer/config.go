@@ -53,9 +53,10 @@ type Config struct {
 	Limits          LimitsConfig      `yaml:"limits"`
 	HTTP            HTTPConfig        `yaml:"http"`
 	Iceberg         IcebergConfig     `yaml:"iceberg"`
-	// Columns are the table's columns (id, _seq and _epoch are implicit);
-	// the default is the rollout schema.
-	Columns []schema.Column `yaml:"columns"`
+	// Columns are the table's columns (id, _seq and _epoch are implicit).
+	// Left out, a table has the columns its schema record holds, and a new
+	// table the rollout schema (tableSchema).
+	Columns []schema.Column `yaml:"columns,omitempty"`
 	// Tables, when set, are the tables serve hosts (tables.go); table,
 	// shards, columns and the flush settings are then their defaults.
 	Tables []TableConfig `yaml:"tables,omitempty"`
@@ -67,7 +68,6 @@ func defaultConfig() Config {
 		FlushBytes: 64 << 20, FlushAge: 30 * time.Second, LeaseTTL: 5 * time.Second,
 		MaxBodyBytes: server.DefaultMaxBodyBytes, ShutdownTimeout: 30 * time.Second, LogLevel: "info",
 		Snapshots: defaultSnapshots(), Limits: defaultLimits(), HTTP: defaultHTTP(),
-		Columns: schema.Rollout().Columns,
 	}
 	c.Etcd.EnsureDefaults()
 	return c
@@ -358,16 +358,20 @@ func (c *Config) Validate() error {
 
 // validateColumns checks the table's columns as the engine will.
 func (c *Config) validateColumns() error {
+	if c.Columns == nil {
+		return nil
+	}
 	if _, err := schema.New(c.Columns); err != nil {
 		return badValue("columns", len(c.Columns), "%v", err)
 	}
 	return nil
 }
 
-// schema is the table's schema; Validate has checked the columns.
-func (c *Config) schema() *schema.Schema { return mustSchema(c.Columns) }
-
+// mustSchema is the schema of validated columns; nil for none configured.
 func mustSchema(cols []schema.Column) *schema.Schema {
+	if cols == nil {
+		return nil
+	}
 	s, err := schema.New(cols)
 	if err != nil {
 		panic(fmt.Sprintf("columns not validated: %v", err))

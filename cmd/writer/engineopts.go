@@ -21,9 +21,9 @@ func (c Config) engineOptions() engine.Options {
 // tableOptions are the engine's options for one table of the
 // configuration.
 func (c Config) tableOptions(t TableConfig) engine.Options {
-	sch, err := schema.New(t.Columns)
-	if err != nil {
-		panic(fmt.Sprintf("table %s: columns not validated: %v", t.Name, err))
+	sch := schema.Rollout() // what config check validates when no columns are set
+	if t.Columns != nil {
+		sch = mustSchema(t.Columns)
 	}
 	o := engine.Options{DataDir: c.DataDir, Table: t.Name, LeaseTTL: c.LeaseTTL, RequestTimeout: c.Etcd.RequestTimeout,
 		FlushBytes: t.FlushBytes, FlushAge: t.FlushAge, MemoryBudget: t.MemoryBudget, Schema: sch}

@@ -383,7 +383,11 @@ type baseReport struct {
 }
 
 func (in *inspector) base(ctx context.Context, _ []string) error {
-	st, err := publish.LoadBase(ctx, publish.Options{Etcd: in.cli, Prefix: in.keys.Prefix, Table: in.o.table, Schema: in.o.schema,
+	sch, err := tableSchema(ctx, in.cli, in.o.table, in.o.schema)
+	if err != nil {
+		return err
+	}
+	st, err := publish.LoadBase(ctx, publish.Options{Etcd: in.cli, Prefix: in.keys.Prefix, Table: in.o.table, Schema: sch,
 		DataDir: in.o.dataDir, RequestTimeout: in.timeout})
 	if err != nil {
 		return err

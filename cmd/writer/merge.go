@@ -254,7 +254,11 @@ func (o *mergeOptions) open(ctx context.Context, use dirUse, log *slog.Logger) (
 	if err != nil {
 		return nil, err
 	}
-	po := publish.Options{Etcd: meta.client, Table: o.table, DataDir: o.dataDir, Schema: o.schema,
+	sch, err := tableSchema(ctx, meta.client, o.table, o.schema)
+	if err != nil {
+		return nil, errors.Join(err, meta.Close())
+	}
+	po := publish.Options{Etcd: meta.client, Table: o.table, DataDir: o.dataDir, Schema: sch,
 		FS: vfs.Default, RequestTimeout: meta.requestTimeout, Logger: log}
 	o.maintenance.apply(&po)
 	c, err := publish.New(ctx, po)

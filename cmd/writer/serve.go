@@ -151,6 +151,11 @@ func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
 		hostOpts.Etcd, hostOpts.Logger, hostOpts.RequestTimeout = meta.client, log.With("table", t.Name), meta.requestTimeout
 		hostOpts.Address, hostOpts.Snapshots = scheme(tlsCfg)+"://"+addr, snaps
 		hostOpts.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"table": t.Name}, registry)
+		if hostOpts.Schema, err = tableSchema(ctx, meta.client, t.Name, mustSchema(t.Columns)); err != nil {
+			lns.close()
+			closeHosts(context.Background(), srvOpts.Tables, log)
+			return err
+		}
 		host, err := engine.NewHost(hostOpts)
 		if err != nil {
 			lns.close()

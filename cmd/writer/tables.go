@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
@@ -84,7 +87,7 @@ func (c *Config) validateTables() error {
 			return badValue(key+".name", t.Name, "is the name of another table")
 		}
 		seen[t.Name] = true
-		if _, err := schema.New(t.Columns); err != nil {
+		if _, err := schema.New(t.Columns); t.Columns != nil && err != nil {
 			return badValue(key+".columns", len(t.Columns), "%v", err)
 		}
 		if err := checkShards(key+".shards", t.Shards); err != nil {
@@ -92,4 +95,23 @@ func (c *Config) validateTables() error {
 		}
 	}
 	return nil
+}
+
+// tableSchema is a table's schema: the configured columns, else those of
+// the table's schema record, else (a new table) the rollout schema. So a
+// merge or a restarted serve needs no columns: setting them is for the
+// table's first writer, and a check (shardmeta.EnsureSchema) that they are
+// still the table's.
+func tableSchema(ctx context.Context, cli *clientv3.Client, table string, configured *schema.Schema) (*schema.Schema, error) {
+	if configured != nil {
+		return configured, nil
+	}
+	rec, err := shardmeta.LoadSchema(ctx, cli, shardmeta.Keys{Prefix: metaPrefix, Table: table})
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("table %s: read its schema record: %w", table, err)
+	case rec == nil:
+		return schema.Rollout(), nil
+	}
+	return schema.New(rec.Columns)
 }

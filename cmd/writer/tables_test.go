@@ -142,3 +142,21 @@ func TestTablesConfigRefused(t *testing.T) {
 		t.Errorf("merge --table c: %v", err)
 	}
 }
+
+// TestMergeTakesTheRecordedColumns: a table written with columns of its
+// own (generate --schema rl) is merged by a merge given no columns: the
+// table's schema record names them.
+func TestMergeTakesTheRecordedColumns(t *testing.T) {
+	py := pyenv.Python(t, "the columns of the merged base")
+	dir := t.TempDir()
+	if out, err := run(t, "generate", "--schema", "rl", "--data-dir", dir, "--rows", "40", "--shards", "1"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if out, err := run(t, "merge", "--data-dir", dir); err != nil {
+		t.Fatalf("merge: %v\n%s", err, out)
+	}
+	got := readTableWithPyarrow(t, py, filepath.Join(dir, "rollouts", "base"))
+	if !strings.Contains(got, `["created_at", "env", "id", "logprobs", "messages", "policy_version", "prompt_tokens", "response_tokens", "reward"]`) {
+		t.Fatalf("base read as %.300s", got)
+	}
+}

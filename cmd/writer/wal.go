@@ -101,6 +101,9 @@ func (o *walOptions) dir() string {
 // engine's replay, so they are corruption too.
 func (o *walOptions) scan(log *slog.Logger, each func(wal.Record, engine.RecordMeta, *schema.Batch) error) (wal.ScanReport, error) {
 	sch := o.schema
+	if sch == nil { // an offline command: it has no schema record to read
+		sch = schema.Rollout()
+	}
 	return wal.Scan(wal.ScanOptions{Dir: o.dir(), Payloads: true, Segment: scanProgress(log, o.dir()),
 		Record: func(r wal.Record) error {
 			meta, b, err := engine.DecodeRecord(sch, r.Header, r.Payload)
@@ -315,6 +318,9 @@ func (d dumpRecord) metaText() string {
 func (o *walOptions) dump(out io.Writer, log *slog.Logger) error {
 	o.warnIfWriting(log)
 	sch := o.schema
+	if sch == nil { // an offline command: it has no schema record to read
+		sch = schema.Rollout()
+	}
 	var tw *tabwriter.Writer
 	if o.output == "table" && !o.rows {
 		tw = tabwriter.NewWriter(out, 2, 8, 2, ' ', 0)
