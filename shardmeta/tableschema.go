@@ -60,12 +60,9 @@ func ensureSchemaOnce(ctx context.Context, cli *clientv3.Client, keys Keys, s *s
 		return nil, err
 	}
 	rec := &SchemaRecord{Version: 1, Fingerprint: s.Fingerprint(), Columns: s.Columns}
-	data, err := json.Marshal(rec)
+	data, err := encodeSchemaRecord(rec)
 	if err != nil {
 		return nil, err
-	}
-	if len(data) > MaxSchemaRecordBytes {
-		return nil, fmt.Errorf("shardmeta: the schema encodes to %d bytes, more than %d", len(data), MaxSchemaRecordBytes)
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -91,6 +88,24 @@ func ensureSchemaOnce(ctx context.Context, cli *clientv3.Client, keys Keys, s *s
 			SchemaDifference(stored.Columns, s.Columns))
 	}
 	return stored, nil
+}
+
+// CheckSchemaRecord reports whether s fits a schema record, so that a
+// configuration check refuses what a writer's start would.
+func CheckSchemaRecord(s *schema.Schema) error {
+	_, err := encodeSchemaRecord(&SchemaRecord{Version: 1, Fingerprint: s.Fingerprint(), Columns: s.Columns})
+	return err
+}
+
+func encodeSchemaRecord(rec *SchemaRecord) ([]byte, error) {
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxSchemaRecordBytes {
+		return nil, fmt.Errorf("shardmeta: the schema encodes to %d bytes of schema record, more than %d (fewer columns, fields or shorter docs)", len(data), MaxSchemaRecordBytes)
+	}
+	return data, nil
 }
 
 // LoadSchema reads the table's schema record; nil when it has none.

@@ -358,10 +358,7 @@ func (c *Config) Validate() error {
 
 // validateColumns checks the table's columns as the engine will.
 func (c *Config) validateColumns() error {
-	if c.Columns == nil {
-		return nil
-	}
-	if _, err := schema.New(c.Columns); err != nil {
+	if err := checkColumns(c.Columns); err != nil {
 		return badValue("columns", len(c.Columns), "%v", err)
 	}
 	return nil

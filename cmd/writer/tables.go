@@ -87,7 +87,7 @@ func (c *Config) validateTables() error {
 			return badValue(key+".name", t.Name, "is the name of another table")
 		}
 		seen[t.Name] = true
-		if _, err := schema.New(t.Columns); t.Columns != nil && err != nil {
+		if err := checkColumns(t.Columns); err != nil {
 			return badValue(key+".columns", len(t.Columns), "%v", err)
 		}
 		if err := checkShards(key+".shards", t.Shards); err != nil {
@@ -95,6 +95,19 @@ func (c *Config) validateTables() error {
 		}
 	}
 	return nil
+}
+
+// checkColumns checks configured columns as a writer's start would: a
+// valid schema that fits the table's schema record. None is fine.
+func checkColumns(cols []schema.Column) error {
+	if cols == nil {
+		return nil
+	}
+	s, err := schema.New(cols)
+	if err != nil {
+		return err
+	}
+	return shardmeta.CheckSchemaRecord(s)
 }
 
 // tableSchema is a table's schema: the configured columns, else those of

@@ -125,6 +125,7 @@ func TestTablesConfigRefused(t *testing.T) {
 		{`tables: [{name: a, columns: [{name: c, type: "list<list<int32>>"}]}]`, "not supported"},
 		{"memory_budget: 268435456\ntables: [{name: a, memory_budget: 201326592}, {name: b, memory_budget: 201326592}]", "add up to"},
 		{"tables: [{name: a, flush_bites: 1}]", "flush_bites"},
+		{"columns:\n" + manyColumns(100), "more than 262144"},
 	} {
 		path := filepath.Join(dir, "c.yaml")
 		if err := os.WriteFile(path, []byte(tc.yaml), 0o644); err != nil {
@@ -159,4 +160,14 @@ func TestMergeTakesTheRecordedColumns(t *testing.T) {
 	if !strings.Contains(got, `["created_at", "env", "id", "logprobs", "messages", "policy_version", "prompt_tokens", "response_tokens", "reward"]`) {
 		t.Fatalf("base read as %.300s", got)
 	}
+}
+
+// manyColumns declares n columns with long docs: more than a schema record
+// holds.
+func manyColumns(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "  - {name: c%d, type: int32, doc: %s}\n", i, strings.Repeat("d", 4000))
+	}
+	return b.String()
 }
