@@ -22,31 +22,10 @@ import (
 // make a generation of about 120 MB of values.
 const rlBenchRows = 5_000
 
-// rlPeerRow is a row of rolloutgen.RLSchema as a Go struct tagged so that
-// parquet-go derives the layout Write produces (checked in newRLBench).
-type rlPeerRow struct {
-	ID             string      `parquet:"id"`
-	PromptTokens   []int32     `parquet:"prompt_tokens,list"`
-	ResponseTokens []int32     `parquet:"response_tokens,list"`
-	Logprobs       []float32   `parquet:"logprobs,list"`
-	Messages       []rlPeerMsg `parquet:"messages,list"`
-	Reward         *float64    `parquet:"reward,optional"`
-	PolicyVersion  int64       `parquet:"policy_version"`
-	Env            string      `parquet:"env"`
-	CreatedAt      int64       `parquet:"created_at,timestamp(microsecond)"`
-	Seq            uint64      `parquet:"_seq,delta"`
-	Epoch          uint64      `parquet:"_epoch,delta"`
-}
-
-type rlPeerMsg struct {
-	Role    string `parquet:"role"`
-	Content string `parquet:"content"`
-}
-
 type rlBench struct {
 	s, js   *schema.Schema // the RL schema, and the same with the lists as JSON text
 	d, jd   Data
-	peer    []rlPeerRow
+	peer    []rolloutgen.RLPeerRow
 	logical int64 // bytes of values (4 per token and log-probability)
 }
 
@@ -59,26 +38,17 @@ func newRLBench(b *testing.B) *rlBench {
 	}
 	rb.d = seqData(batch)
 	rb.js, rb.jd = asJSONText(b, rb.s, rows)
-	rb.peer = make([]rlPeerRow, len(rows))
+	rb.peer = make([]rolloutgen.RLPeerRow, len(rows))
 	for i, r := range rows {
-		p := &rb.peer[i]
-		*p = rlPeerRow{ID: r["id"].(string), PromptTokens: r["prompt_tokens"].([]int32), ResponseTokens: r["response_tokens"].([]int32),
-			Logprobs: r["logprobs"].([]float32), PolicyVersion: r["policy_version"].(int64), Env: r["env"].(string),
-			CreatedAt: r["created_at"].(time.Time).UnixMicro(), Seq: uint64(i + 1), Epoch: 1}
-		reward := r["reward"].(float64)
-		p.Reward = &reward
-		for _, m := range r["messages"].([]map[string]any) {
-			p.Messages = append(p.Messages, rlPeerMsg{Role: m["role"].(string), Content: m["content"].(string)})
-			rb.logical += int64(len(m["role"].(string)) + len(m["content"].(string)))
-		}
-		rb.logical += int64(len(p.ID)+len(p.Env)) + 4*int64(len(p.PromptTokens)+len(p.ResponseTokens)+len(p.Logprobs)) + 8*5
+		rb.peer[i] = rolloutgen.RLPeer(r, uint64(i+1))
+		rb.logical += rolloutgen.RLValueBytes(r)
 	}
 	lay, err := newLayout(rb.s)
 	if err != nil {
 		b.Fatal(err)
 	}
-	if !parquet.EqualNodes(parquet.SchemaOf(rlPeerRow{}), lay.schema) {
-		b.Fatalf("the peer's schema differs from Write's:\n%v\n%v", parquet.SchemaOf(rlPeerRow{}), lay.schema)
+	if !parquet.EqualNodes(parquet.SchemaOf(rolloutgen.RLPeerRow{}), lay.schema) {
+		b.Fatalf("the peer's schema differs from Write's:\n%v\n%v", parquet.SchemaOf(rolloutgen.RLPeerRow{}), lay.schema)
 	}
 	return rb
 }
@@ -198,14 +168,14 @@ func BenchmarkFlushRL(b *testing.B) {
 	}
 }
 
-func writeRLPeer(path string, opts Options, cc compress.Codec, rows []rlPeerRow) error {
+func writeRLPeer(path string, opts Options, cc compress.Codec, rows []rolloutgen.RLPeerRow) error {
 	opts.EnsureDefaults()
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	w := parquet.NewGenericWriter[rlPeerRow](f,
+	w := parquet.NewGenericWriter[rolloutgen.RLPeerRow](f,
 		parquet.Compression(cc),
 		parquet.PageBufferSize(opts.PageBufferSize),
 		parquet.MaxRowsPerRowGroup(int64(opts.RowGroupRows)),

@@ -71,15 +71,15 @@ func (e *columnEncoder) writeVector(w *parquet.ColumnWriter, col int, nullable b
 	case schema.String, schema.JSON, schema.Binary:
 		return e.writeStrings(w, col, v.Str, v.Nulls, nullable, lo, hi)
 	case schema.Int64, schema.Timestamp:
-		return writeFixed(e, w, col, v.I64, v.Nulls, nullable, lo, hi, parquet.Int64Value)
+		return writeFixed(e, w, col, v.I64, v.Nulls, nullable, lo, hi, int64Kind)
 	case schema.Float64:
-		return writeFixed(e, w, col, v.F64, v.Nulls, nullable, lo, hi, parquet.DoubleValue)
+		return writeFixed(e, w, col, v.F64, v.Nulls, nullable, lo, hi, float64Kind)
 	case schema.Bool:
-		return writeFixed(e, w, col, v.Bool, v.Nulls, nullable, lo, hi, parquet.BooleanValue)
+		return writeFixed(e, w, col, v.Bool, v.Nulls, nullable, lo, hi, boolKind)
 	case schema.Int32:
-		return writeFixed(e, w, col, v.I32, v.Nulls, nullable, lo, hi, parquet.Int32Value)
+		return writeFixed(e, w, col, v.I32, v.Nulls, nullable, lo, hi, int32Kind)
 	case schema.Float32:
-		return writeFixed(e, w, col, v.F32, v.Nulls, nullable, lo, hi, parquet.FloatValue)
+		return writeFixed(e, w, col, v.F32, v.Nulls, nullable, lo, hi, float32Kind)
 	}
 	return nil // checkData refused other types
 }
@@ -104,7 +104,7 @@ func (e *columnEncoder) writeStrings(w *parquet.ColumnWriter, col int, strs []st
 		s := strs[i]
 		buf = append(buf, level(parquet.ByteArrayValue(unsafe.Slice(unsafe.StringData(s), len(s))), col, nullable, null))
 		size += len(s)
-		if len(buf) == cap(buf) || size >= e.chunkBytes {
+		if len(buf) >= maxChunkValues || size >= e.chunkBytes {
 			if _, err := w.WriteRowValues(buf); err != nil {
 				return err
 			}
@@ -114,11 +114,21 @@ func (e *columnEncoder) writeStrings(w *parquet.ColumnWriter, col int, strs []st
 	return e.flush(w, buf)
 }
 
-func writeFixed[T any](e *columnEncoder, w *parquet.ColumnWriter, col int, vals []T, nulls []bool, nullable bool, lo, hi int, value func(T) parquet.Value) error {
+func writeFixed[T any](e *columnEncoder, w *parquet.ColumnWriter, col int, vals []T, nulls []bool, nullable bool, lo, hi int, k fixedKind[T]) error {
+	def := 0
+	if nullable {
+		def = 1
+	}
+	present, null := newLeveler(k, 0, def, col), parquet.NullValue().Level(0, 0, col)
 	buf := e.buf[:0]
 	for i := lo; i < hi; i++ {
-		buf = append(buf, level(value(vals[i]), col, nullable, nulls != nil && nulls[i]))
-		if len(buf) == cap(buf) {
+		if nulls != nil && nulls[i] {
+			buf = append(buf, null)
+		} else {
+			buf = append(buf, parquet.Value{})
+			present.put(&buf[len(buf)-1], vals[i])
+		}
+		if len(buf) >= maxChunkValues {
 			if _, err := w.WriteRowValues(buf); err != nil {
 				return err
 			}
@@ -129,9 +139,7 @@ func writeFixed[T any](e *columnEncoder, w *parquet.ColumnWriter, col int, vals 
 }
 
 func (e *columnEncoder) writeUints(w *parquet.ColumnWriter, col int, vals []uint64, lo, hi int) error {
-	return writeFixed(e, w, col, vals, nil, false, lo, hi, func(u uint64) parquet.Value {
-		return parquet.Int64Value(int64(u))
-	})
+	return writeFixed(e, w, col, vals, nil, false, lo, hi, uint64Kind)
 }
 
 func (e *columnEncoder) flush(w *parquet.ColumnWriter, buf []parquet.Value) error {

@@ -1,6 +1,7 @@
 package generation
 
 import (
+	"slices"
 	"unsafe"
 
 	"github.com/parquet-go/parquet-go"
@@ -144,6 +145,55 @@ func valueFunc(v *schema.Vector) func(k int) (parquet.Value, int) {
 	return nil // Vector.Check refused other types
 }
 
+// runFunc returns the function that appends values [lo, hi) of v, none
+// null, as one list row of leaf col at definition level def (see
+// appendRun), with their bytes. A row of thousands of tokens is then one
+// loop over one type, not a call and two null checks per token.
+func runFunc(v *schema.Vector, col, def int) func(buf []parquet.Value, lo, hi int) ([]parquet.Value, int) {
+	switch v.Type {
+	case schema.String, schema.JSON, schema.Binary:
+		return func(buf []parquet.Value, lo, hi int) ([]parquet.Value, int) {
+			return appendStringRun(buf, v.Str[lo:hi], col, def)
+		}
+	case schema.Int64, schema.Timestamp:
+		return func(buf []parquet.Value, lo, hi int) ([]parquet.Value, int) {
+			return appendRun(buf, int64Kind, v.I64[lo:hi], col, def), 0
+		}
+	case schema.Int32:
+		return func(buf []parquet.Value, lo, hi int) ([]parquet.Value, int) {
+			return appendRun(buf, int32Kind, v.I32[lo:hi], col, def), 0
+		}
+	case schema.Float64:
+		return func(buf []parquet.Value, lo, hi int) ([]parquet.Value, int) {
+			return appendRun(buf, float64Kind, v.F64[lo:hi], col, def), 0
+		}
+	case schema.Float32:
+		return func(buf []parquet.Value, lo, hi int) ([]parquet.Value, int) {
+			return appendRun(buf, float32Kind, v.F32[lo:hi], col, def), 0
+		}
+	case schema.Bool:
+		return func(buf []parquet.Value, lo, hi int) ([]parquet.Value, int) {
+			return appendRun(buf, boolKind, v.Bool[lo:hi], col, def), 0
+		}
+	}
+	return nil // Vector.Check refused other types
+}
+
+// appendStringRun is appendRun for byte arrays, which borrow the strings'
+// memory (see writeStrings).
+func appendStringRun(buf []parquet.Value, strs []string, col, def int) ([]parquet.Value, int) {
+	size := 0
+	for i, s := range strs {
+		rep := 1
+		if i == 0 {
+			rep = 0
+		}
+		buf = append(buf, parquet.ByteArrayValue(unsafe.Slice(unsafe.StringData(s), len(s))).Level(rep, def, col))
+		size += len(s)
+	}
+	return buf, size
+}
+
 // shredder turns the rows of one nested leaf into leveled values.
 type shredder struct {
 	col        int // leaf index
@@ -151,11 +201,20 @@ type shredder struct {
 	top        *schema.Vector // the column
 	shell, out *schema.Vector // see nestedLeaf.vectors
 	value      func(k int) (parquet.Value, int)
+	run        func(buf []parquet.Value, lo, hi int) ([]parquet.Value, int) // see runFunc
 }
 
 func newShredder(l *nestedLeaf, v *schema.Vector) *shredder {
 	shell, out := l.vectors(v)
-	return &shredder{col: l.index, lv: l.lv, top: v, shell: shell, out: out, value: valueFunc(out)}
+	return &shredder{col: l.index, lv: l.lv, top: v, shell: shell, out: out,
+		value: valueFunc(out), run: runFunc(out, l.index, int(l.lv.max))}
+}
+
+// dense reports whether list elements [lo, hi) and their values are all
+// present, so that the row is one run.
+func (s *shredder) dense(lo, hi int) bool {
+	return (s.shell == nil || s.shell.Nulls == nil || !slices.Contains(s.shell.Nulls[lo:hi], true)) &&
+		(s.out.Nulls == nil || !slices.Contains(s.out.Nulls[lo:hi], true))
 }
 
 func (s *shredder) null(rep int, def byte) parquet.Value {
@@ -173,6 +232,9 @@ func (s *shredder) row(buf []parquet.Value, i int) ([]parquet.Value, int) {
 	lo, hi := s.top.Range(i)
 	if lo == hi {
 		return append(buf, s.null(0, s.lv.present)), 0
+	}
+	if s.dense(lo, hi) {
+		return s.run(buf, lo, hi)
 	}
 	size := 0
 	for k := lo; k < hi; k++ {
@@ -204,6 +266,14 @@ func (s *shredder) slot(buf []parquet.Value, k, rep int) ([]parquet.Value, int) 
 // Chunks end on row boundaries: the column writer may cut a page after any
 // chunk, and a data page (v2) must not split a row. A row longer than a
 // chunk goes whole into one.
+//
+// This is the one way parquet-go's exported API takes a repeated leaf:
+// Values, which its repeated column buffer splits into rows, copies and
+// strips of their levels one value at a time. That costs about 7 ns a
+// value, the bulk of what separates Write from a GenericWriter of a Go
+// struct on long lists (BenchmarkFlushRL): the generic writer hands whole
+// slices and their levels to the column buffers through unexported
+// methods, and needs the row type at compile time.
 func (e *columnEncoder) writeNested(w *parquet.ColumnWriter, l *nestedLeaf, v *schema.Vector, lo, hi int) error {
 	s := newShredder(l, v)
 	buf, size := e.buf[:0], 0
@@ -215,12 +285,18 @@ func (e *columnEncoder) writeNested(w *parquet.ColumnWriter, l *nestedLeaf, v *s
 			if _, err := w.WriteRowValues(buf); err != nil {
 				return err
 			}
-			buf, size = e.reuse(buf), 0
+			buf, size = e.reuse(buf, pointsIntoBatch(s.out.Type)), 0
 		}
 	}
 	err := e.flush(w, buf)
-	e.reuse(buf)
+	e.reuse(buf, false) // flush cleared it
 	return err
+}
+
+// pointsIntoBatch reports whether values of type t borrow the batch's
+// memory.
+func pointsIntoBatch(t schema.Type) bool {
+	return t == schema.String || t == schema.JSON || t == schema.Binary
 }
 
 // maxKeptValues bounds the buffer the encoder keeps between chunks: long
@@ -229,10 +305,14 @@ func (e *columnEncoder) writeNested(w *parquet.ColumnWriter, l *nestedLeaf, v *s
 // longer than this gets a buffer of its own, let go after its chunk.
 const maxKeptValues = 64 << 10
 
-// reuse returns buf emptied, its references to the batch dropped, and keeps
-// it for the next chunks when it is not too large.
-func (e *columnEncoder) reuse(buf []parquet.Value) []parquet.Value {
-	clear(buf)
+// reuse returns buf emptied, and keeps it for the next chunks when it is
+// not too large. Byte arrays point into the batch: refs drops the
+// references. Other values point nowhere, and clearing them would be one
+// more pass over every token.
+func (e *columnEncoder) reuse(buf []parquet.Value, refs bool) []parquet.Value {
+	if refs {
+		clear(buf)
+	}
 	if cap(buf) > maxKeptValues {
 		return e.buf[:0]
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/apache/iceberg-go/table"
 	"os"
 	"path/filepath"
 
@@ -103,7 +104,9 @@ func (c *Coordinator) Commit(ctx context.Context, s *Staged) error {
 			return err
 		}
 	}
-	return c.writeReaderManifest(ctx, next)
+	// The table as committed, rather than read back from etcd: the commit
+	// applied, and its metadata is what was just written.
+	return c.writeReaderManifestOf(ctx, next, tc.Table())
 }
 
 // checkShardsUnchanged makes sure every generation about to be published is
@@ -174,23 +177,39 @@ func ReaderManifestName(v uint64) string { return fmt.Sprintf("%020d.json", v) }
 // missing (temp → fsync → rename → fsync dir), from the table's current
 // snapshot, which must be that version's. Version 0 has none.
 func (c *Coordinator) writeReaderManifest(ctx context.Context, st *shardmeta.BaseState) error {
+	return c.writeReaderManifestOf(ctx, st, nil)
+}
+
+// writeReaderManifestOf is writeReaderManifest with the table at st's
+// version, nil to load it.
+func (c *Coordinator) writeReaderManifestOf(ctx context.Context, st *shardmeta.BaseState, tbl *table.Table) error {
 	final := filepath.Join(c.baseDir, "_manifest", ReaderManifestName(st.Version))
 	if _, err := c.opts.FS.Stat(final); err == nil {
 		return nil
 	}
-	return c.replaceReaderManifest(ctx, st)
+	return c.replaceReaderManifestOf(ctx, st, tbl)
 }
 
 // replaceReaderManifest writes the readers' manifest of st's version,
 // replacing one that exists (atomically: rename).
 func (c *Coordinator) replaceReaderManifest(ctx context.Context, st *shardmeta.BaseState) error {
+	return c.replaceReaderManifestOf(ctx, st, nil)
+}
+
+func (c *Coordinator) replaceReaderManifestOf(ctx context.Context, st *shardmeta.BaseState, tbl *table.Table) error {
 	if st.Version == 0 {
 		return nil
 	}
 	fs := c.opts.FS
 	dir := filepath.Join(c.baseDir, "_manifest")
 	final := filepath.Join(dir, ReaderManifestName(st.Version))
-	b, err := c.loadBase(ctx, st.Version)
+	var b *baseSnapshot
+	var err error
+	if tbl != nil {
+		b, err = c.baseOf(ctx, tbl, st.Version)
+	} else {
+		b, err = c.loadBase(ctx, st.Version)
+	}
 	if err != nil {
 		return err
 	}

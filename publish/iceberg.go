@@ -123,6 +123,13 @@ func (c *Coordinator) loadBase(ctx context.Context, want uint64) (*baseSnapshot,
 	if err != nil {
 		return nil, fmt.Errorf("publish: load table %v: %w", c.table.ident, err)
 	}
+	return c.baseOf(ctx, tbl, want)
+}
+
+// baseOf is the base snapshot of table tbl, which must be at base version
+// want.
+func (c *Coordinator) baseOf(ctx context.Context, tbl *table.Table, want uint64) (*baseSnapshot, error) {
+	var err error
 	b := &baseSnapshot{tbl: tbl}
 	if b.version, err = tableVersion(tbl); err != nil {
 		return nil, err
