@@ -177,6 +177,10 @@ func (w *world) newBatchFrom(shard string, n, size int, src string) *batch {
 		if i%3 == 0 {
 			rows[i]["metadata"] = map[string]any{"n": w.nextID}
 		}
+		rows[i]["tokens"] = []int32{int32(w.nextID), int32(i), int32(size)}[:w.nextID%4]
+		if i%2 == 0 {
+			rows[i]["messages"] = []any{map[string]any{"role": "user", "content": id}, map[string]any{"role": "assistant"}}
+		}
 	}
 	w.offsets[src]++
 	return &batch{shard: shard, rows: rows, src: engine.Source{Name: src, Offset: w.offsets[src]}}
@@ -311,7 +315,7 @@ func (w *world) committedIDs(shard string, ids []string) map[string]bool {
 	look := func(path string) {
 		// The storage itself, not through the injector: this is the
 		// checker looking, and it must see even after a crash point.
-		_, d, err := generation.Read(w.mem, path, schema.Rollout())
+		_, d, err := generation.Read(w.mem, path, simSchema)
 		if err != nil {
 			return // drained meanwhile: then it is in the base, read next
 		}
@@ -755,7 +759,7 @@ func (w *world) coordinator(slot int) *coord {
 	pc, err := publish.New(ctx, publish.Options{
 		Etcd: w.cli, Prefix: prefix, Table: w.table, DataDir: dataDir, FS: w.fs,
 		LeaseTTL: 5 * time.Second, RequestTimeout: 10 * time.Second, MemoryBudget: w.cfg.coordBudget,
-		DisableReplayRanges: w.cfg.pureCutoff, Logger: w.log.With("coordinator", slot),
+		DisableReplayRanges: w.cfg.pureCutoff, Logger: w.log.With("coordinator", slot), Schema: simSchema,
 	})
 	if err != nil {
 		w.tracef("coordinator %d: new: %v", slot, err)

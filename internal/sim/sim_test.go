@@ -21,7 +21,6 @@ import (
 	"github.com/rollwal/rollwal/generation"
 	"github.com/rollwal/rollwal/internal/etcdembed"
 	"github.com/rollwal/rollwal/publish"
-	"github.com/rollwal/rollwal/schema"
 )
 
 var (
@@ -329,7 +328,7 @@ func (w *world) readBase(ctx context.Context) map[string][]copyOf {
 	out := map[string][]copyOf{}
 	var rows int64
 	for _, f := range rm.Files {
-		meta, d, err := generation.Read(w.fs, filepath.Join(baseDir, filepath.FromSlash(f.Path)), schema.Rollout())
+		meta, d, err := generation.Read(w.fs, filepath.Join(baseDir, filepath.FromSlash(f.Path)), simSchema)
 		if err != nil {
 			w.violatef("base file %s: %v", f.Path, err)
 			return nil

@@ -27,6 +27,7 @@ import (
 	"github.com/rollwal/rollwal/internal/etcdembed/etcdtest"
 	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/publish"
+	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
 	"github.com/rollwal/rollwal/snapshot"
 )
@@ -344,7 +345,7 @@ func (w *world) newHost(slot int) *host {
 		LeaseTTL: hostLeaseTTL, RequestTimeout: 5 * time.Second,
 		WALSegmentSize: 64 << 10, FlushBytes: w.cfg.flushBytes, FlushAge: -1, MemoryBudget: 64 << 20,
 		NoFlushOnClose: h.noFlush, DisableSourceExclusion: h.exclOff, Snapshots: w.snaps,
-		Logger: w.log.With("host", h.name),
+		Logger: w.log.With("host", h.name), Schema: simSchema,
 	})
 	if err != nil {
 		w.fatalf("new host: %v", err)
@@ -708,5 +709,24 @@ func (w *world) checkReleased(shard string, h *host, what string) {
 // storage itself: an observer is not a process, so no fault of the
 // injector may hit it (or be consumed by it).
 func (w *world) loadBase(ctx context.Context) (*publish.Base, error) {
-	return publish.LoadBase(ctx, publish.Options{Etcd: w.cli, Prefix: prefix, Table: w.table, DataDir: dataDir, FS: w.mem})
+	return publish.LoadBase(ctx, publish.Options{Etcd: w.cli, Prefix: prefix, Table: w.table, DataDir: dataDir, FS: w.mem, Schema: simSchema})
 }
+
+// simSchema is the rollout schema with a list and a list of structs, so
+// that nested values go through every crash, race and replay too.
+var simSchema = func() *schema.Schema {
+	cols := append([]schema.Column(nil), schema.Rollout().Columns...)
+	for _, c := range []struct{ name, typ string }{{"tokens", "list<int32>"}, {"messages", "list<struct<role: string, content: string?>>"}} {
+		col, err := schema.ParseColumnType(c.typ)
+		if err != nil {
+			panic(err)
+		}
+		col.Name, col.Nullable = c.name, c.name == "messages"
+		cols = append(cols, col)
+	}
+	s, err := schema.New(cols)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}()
