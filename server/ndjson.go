@@ -73,7 +73,7 @@ func (e *lineError) Unwrap() error { return e.err }
 // text.
 func decodeNDJSON(body io.Reader, sc *schema.Schema, maxRows int, maxBytes int64) (rows []schema.Row, lines []int, perr *parseError) {
 	br := bufio.NewReaderSize(body, 64<<10)
-	var size int64
+	var size, heap int64
 	for line := 1; ; line++ {
 		b, err := readLine(br)
 		if err != nil && err != io.EOF {
@@ -82,6 +82,12 @@ func decodeNDJSON(body io.Reader, sc *schema.Schema, maxRows int, maxBytes int64
 		if t := bytes.TrimSpace(b); len(t) > 0 {
 			if len(rows) >= maxRows {
 				return nil, nil, &parseError{line: line, err: fmt.Errorf("%w: more than %d rows in the request", errTooManyRows, maxRows)}
+			}
+			// Before decoding: a line of millions of tiny values ("{}",
+			// "0") decodes, generically, to tens of bytes of heap a value.
+			if heap += jsonValues(t) * valueHeapBytes; heap > decodedPerWAL*maxBytes {
+				return nil, nil, &parseError{line: line, err: fmt.Errorf("%w: the rows up to this line hold more than %d JSON values; send fewer or smaller rows",
+					errDecodedTooLarge, decodedPerWAL*maxBytes/valueHeapBytes)}
 			}
 			row, n, lerr := decodeLine(t, sc)
 			if lerr != nil {
@@ -100,6 +106,29 @@ func decodeNDJSON(body io.Reader, sc *schema.Schema, maxRows int, maxBytes int64
 			return rows, lines, nil
 		}
 	}
+}
+
+// valueHeapBytes is what one JSON value may cost on the heap once
+// decoded into Go values: its slot in a []any or map, the boxed number or
+// string, and the growth of the slice holding it. Measured, a line of "{}"
+// or "0" values decoded to 50–60 bytes a value (TestNDJSONValueBombIs413).
+const valueHeapBytes = 64
+
+// jsonValues bounds the JSON values in a line from above: every value but
+// the first follows a '[', ',' or ':' outside a string.
+func jsonValues(b []byte) int64 {
+	n, inString := int64(1), false
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case inString && c == '\\':
+			i++
+		case c == '"':
+			inString = !inString
+		case !inString && (c == '[' || c == ',' || c == ':'):
+			n++
+		}
+	}
+	return n
 }
 
 // readLine returns the next line. One that fits in br's buffer is not

@@ -520,3 +520,37 @@ func TestArrowNestedBudget(t *testing.T) {
 		t.Errorf("64 lists of 2^20 elements in no buffer answered %d %s, want 413", code, b)
 	}
 }
+
+// TestNDJSONValueBombIs413: a line of millions of tiny values ("{}" or
+// "0" three bytes each) decodes, generically, to tens of bytes of heap a
+// value; it is refused with 413 before it is decoded, and what decoding it
+// allocates stays bounded by the request's decode budget.
+func TestNDJSONValueBombIs413(t *testing.T) {
+	sc := nestedSchema(t)
+	const maxBytes = 1 << 20
+	for _, tc := range []struct{ name, col, elem string }{
+		{"empty objects in a list of structs", "messages", "{}"},
+		{"zeros in a list of int32", "tokens", "0"},
+		{"empty arrays in a json column", "metadata", "[]"},
+	} {
+		n := (4 << 20) / (len(tc.elem) + 1) // a 4 MiB line
+		line := `{"id":"a","tokens":[],"messages":[]}`
+		line = strings.Replace(line, `"`+tc.col+`":[]`, `"`+tc.col+`":[`+strings.TrimSuffix(strings.Repeat(tc.elem+",", n), ",")+`]`, 1)
+		if tc.col == "metadata" {
+			line = strings.TrimSuffix(line, "}") + `,"metadata":[` + strings.TrimSuffix(strings.Repeat(tc.elem+",", n), ",") + "]}"
+		}
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, _, perr := decodeNDJSON(strings.NewReader(line+"\n"), sc, 100, maxBytes)
+		runtime.ReadMemStats(&after)
+		if perr == nil || !errors.Is(perr.err, errDecodedTooLarge) {
+			t.Errorf("%s: %v, want errDecodedTooLarge", tc.name, perr)
+		}
+		// Reading a line longer than the reader's buffer copies it as it
+		// grows (about 4 times its size); decoding adds at most the budget.
+		if got, limit := after.TotalAlloc-before.TotalAlloc, uint64(5*len(line)+decodedPerWAL*maxBytes+1<<20); got > limit {
+			t.Errorf("%s: decoding a %d-byte line allocated %d bytes, want at most %d", tc.name, len(line), got, limit)
+		}
+	}
+}
