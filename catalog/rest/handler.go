@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
+	"iter"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -12,7 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	icecat "github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
 )
 
 // Defaults of Options.
@@ -101,17 +103,28 @@ func validSegment(s string) bool {
 // handler serves one catalog. It keeps no state between requests but the
 // counter of error references.
 type handler struct {
-	cat    icecat.Catalog
+	cat    Reader
 	opts   Options
 	log    *slog.Logger
 	tokens [][sha256.Size]byte
 	refs   atomic.Uint64
 }
 
+// Reader is what the handler reads of a catalog: every icecat.Catalog is
+// one, and so is a view over several (one per table of a process).
+type Reader interface {
+	ListNamespaces(ctx context.Context, parent table.Identifier) ([]table.Identifier, error)
+	LoadNamespaceProperties(ctx context.Context, namespace table.Identifier) (iceberg.Properties, error)
+	CheckNamespaceExists(ctx context.Context, namespace table.Identifier) (bool, error)
+	ListTables(ctx context.Context, namespace table.Identifier) iter.Seq2[table.Identifier, error]
+	LoadTable(ctx context.Context, identifier table.Identifier) (*table.Table, error)
+	CheckTableExists(ctx context.Context, identifier table.Identifier) (bool, error)
+}
+
 // NewHandler returns the read-only REST catalog over cat (see the package
 // documentation). It panics when cat is nil or opts do not validate: call
 // opts.Validate first to get an error instead.
-func NewHandler(cat icecat.Catalog, opts Options) http.Handler {
+func NewHandler(cat Reader, opts Options) http.Handler {
 	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {
 		panic(err)

@@ -92,8 +92,8 @@ func (o *serveOptions) listenIcebergREST() (net.Listener, error) {
 	return ln, nil
 }
 
-// icebergRESTServer is the http.Server of the REST catalog over the
-// table's base catalog in the serve's etcd; nil when it is off. The table
+// icebergRESTServer is the http.Server of the REST catalog over the base
+// catalogs of the serve's tables in its etcd; nil when it is off. The table
 // need not exist yet: until a merge creates it, the catalog answers 404s.
 // Its timeouts and header limit are the http: section's.
 func (o *serveOptions) icebergRESTServer(meta *metadata, log *slog.Logger) (*http.Server, error) {
@@ -105,22 +105,22 @@ func (o *serveOptions) icebergRESTServer(meta *metadata, log *slog.Logger) (*htt
 		return nil, fmt.Errorf("http.admin_token_file %s: %w", o.http.AdminTokenFile, err)
 	}
 	log = log.With("listener", "iceberg_rest")
+	cats := rest.Tables{}
 	cfg := o.config()
-	tables := cfg.tables()
-	if len(tables) > 1 {
-		log.Warn("the Iceberg REST catalog serves the first table only", "table", tables[0].Name, "tables", len(tables))
-	}
-	cat, err := catalog.New(catalog.Options{Client: meta.client, Prefix: catalog.BasePrefix(metaPrefix, tables[0].Name), FS: vfs.Default,
-		RequestTimeout: meta.requestTimeout, Logger: log})
-	if err != nil {
-		return nil, err
+	for _, t := range cfg.tables() {
+		cat, err := catalog.New(catalog.Options{Client: meta.client, Prefix: catalog.BasePrefix(metaPrefix, t.Name), FS: vfs.Default,
+			RequestTimeout: meta.requestTimeout, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		cats[t.Name] = cat
 	}
 	if len(tokens) == 0 {
 		log.Warn("the Iceberg REST catalog needs no token: set http.admin_token_file to require one", "addr", o.iceberg.RESTListen)
 	}
 	h := o.http
 	return &http.Server{
-		Handler:           rest.NewHandler(cat, rest.Options{Tokens: tokens, Logger: log}),
+		Handler:           rest.NewHandler(cats, rest.Options{Tokens: tokens, Logger: log}),
 		ReadHeaderTimeout: h.ReadHeaderTimeout,
 		ReadTimeout:       h.ReadHeaderTimeout + h.BodyReadTimeout, // bodies are never read; a refused one is drained this long at most
 		WriteTimeout:      h.WriteTimeout,

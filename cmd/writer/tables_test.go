@@ -83,6 +83,26 @@ tables:
 	if merged["rollouts"] != 3 || merged["tokens"] != 3 {
 		t.Fatalf("merged %v; want 3 rows in each table", merged)
 	}
+	// The REST catalog of a serve of both tables lists and loads both.
+	rp := startServe(t, "--config", cfgPath, "--iceberg-rest-listen", "127.0.0.1:0")
+	rec := rp.find(msgIcebergREST)
+	if rec == nil {
+		t.Fatalf("no %q logged", msgIcebergREST)
+	}
+	restURL := "http://" + rec["addr"].(string)
+	code, body = httpDo(t, "GET", restURL+"/v1/namespaces/rollwal/tables", "", "")
+	if code != http.StatusOK || !strings.Contains(string(body), `"name":"rollouts"`) || !strings.Contains(string(body), `"name":"tokens"`) {
+		t.Fatalf("REST tables: %d %s", code, body)
+	}
+	for _, table := range []string{"rollouts", "tokens"} {
+		if code, body := httpDo(t, "GET", restURL+"/v1/namespaces/rollwal/tables/"+table, "", ""); code != http.StatusOK || !strings.Contains(string(body), "metadata-location") {
+			t.Fatalf("REST load %s: %d %.300s", table, code, body)
+		}
+	}
+	rp.signal(t, syscall.SIGTERM)
+	if err := rp.wait(t, time.Minute); err != nil {
+		t.Fatalf("serve: %v", err)
+	}
 	for table, want := range map[string]string{
 		"rollouts": `[["r1", "r2", "r3"], ["completion", "id", "metadata", "prompt", "reward"]]`,
 		"tokens":   `[["k1", "k2", "k3"], ["id", "score", "tokens"]]`,
