@@ -58,7 +58,24 @@ func (c *Config) memoryBudget() int64 {
 	if c.MemoryBudget != 0 {
 		return c.MemoryBudget
 	}
-	return max(defaultMemoryBudget, 2*min(c.FlushBytes, maxMemoryBudget))
+	return max(defaultMemoryBudget, c.tablesFloor())
+}
+
+// tablesFloor is the least budget the tables need together: 2 ×
+// flush_bytes each.
+func (c *Config) tablesFloor() int64 {
+	if len(c.Tables) == 0 {
+		return 2 * min(c.FlushBytes, maxMemoryBudget)
+	}
+	var sum int64
+	for _, t := range c.Tables {
+		fb := t.FlushBytes
+		if fb == 0 {
+			fb = c.FlushBytes
+		}
+		sum += 2 * min(fb, maxMemoryBudget)
+	}
+	return sum
 }
 
 func (c *Config) validateMemory() error {

@@ -13,8 +13,9 @@ import (
 
 // TableConfig is one table of a serve that hosts several (tables:). What
 // it leaves unset is the top level's: shards, columns, flush_bytes,
-// flush_age; its memory_budget defaults to an equal share of the top
-// level's.
+// flush_age; its memory_budget defaults to what it needs (2 ×
+// flush_bytes) and an equal share of what the top level's leaves beyond
+// all tables' needs.
 type TableConfig struct {
 	Name         string          `yaml:"name"`
 	Shards       []string        `yaml:"shards,omitempty"`
@@ -37,6 +38,7 @@ func (c *Config) tables() []TableConfig {
 			FlushAge: c.FlushAge, MemoryBudget: c.memoryBudget()}}
 	}
 	out := make([]TableConfig, len(c.Tables))
+	spare := max(c.memoryBudget()-c.tablesFloor(), 0) / int64(len(c.Tables))
 	for i, t := range c.Tables {
 		if len(t.Shards) == 0 {
 			t.Shards = c.Shards
@@ -51,7 +53,7 @@ func (c *Config) tables() []TableConfig {
 			t.FlushAge = c.FlushAge
 		}
 		if t.MemoryBudget == 0 {
-			t.MemoryBudget = max(c.memoryBudget()/int64(len(c.Tables)), 2*t.FlushBytes)
+			t.MemoryBudget = 2*min(t.FlushBytes, maxMemoryBudget) + spare
 		}
 		out[i] = t
 	}
