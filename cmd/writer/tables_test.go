@@ -155,6 +155,15 @@ func TestTablesConfigRefused(t *testing.T) {
 			t.Errorf("%q: %v\n%s; want an error with %q", tc.yaml, err, out, tc.want)
 		}
 	}
+	// At the defaults, any number of tables fits: the budget grows to what
+	// they need.
+	five := filepath.Join(dir, "five.yaml")
+	if err := os.WriteFile(five, []byte("tables: [{name: a}, {name: b}, {name: c}, {name: d}, {name: e, flush_bytes: 268435456}]"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run(t, "config", "check", "--config", five); err != nil || !strings.Contains(out, "memory_budget: 1073741824") {
+		t.Errorf("five tables at the defaults: %v\n%s", err, out)
+	}
 	path := filepath.Join(dir, "c.yaml")
 	if err := os.WriteFile(path, []byte("tables: [{name: a}, {name: b}]"), 0o644); err != nil {
 		t.Fatal(err)
