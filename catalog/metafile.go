@@ -45,8 +45,19 @@ func parseMetadataVersion(loc string) (int, error) {
 }
 
 // writeMetadata writes meta as JSON to loc, durably.
+// encodeMetadata is the metadata's JSON. Its own MarshalJSON, called
+// directly: through json.Marshal its output is checked and compacted once
+// more, a pass over every snapshot kept (a tenth of a base commit's CPU
+// with 200 of them).
+func encodeMetadata(meta table.Metadata) ([]byte, error) {
+	if m, ok := meta.(json.Marshaler); ok {
+		return m.MarshalJSON()
+	}
+	return json.Marshal(meta)
+}
+
 func (c *Etcd) writeMetadata(meta table.Metadata, loc string) error {
-	data, err := json.Marshal(meta)
+	data, err := encodeMetadata(meta)
 	if err != nil {
 		return fmt.Errorf("catalog: encode metadata: %w", err)
 	}
