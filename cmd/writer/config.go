@@ -534,12 +534,37 @@ func newConfig() *cobra.Command {
 			}
 			enc := yaml.NewEncoder(cmd.OutOrStdout())
 			enc.SetIndent(2)
-			return errors.Join(enc.Encode(cfg.redacted()), enc.Close())
+			if err := errors.Join(enc.Encode(cfg.redacted()), enc.Close()); err != nil {
+				return err
+			}
+			return printDefaultColumns(cmd.OutOrStdout(), cfg)
 		},
 	}
 	addConfigFlag(check.Flags(), &path)
 	cmd.AddCommand(check)
 	return cmd
+}
+
+// printDefaultColumns shows, as YAML comments, the columns a table
+// without columns: gets: its recorded ones, or for a new table the
+// rollout schema. Comments, so that the output read back as a
+// configuration still sets none.
+func printDefaultColumns(w io.Writer, cfg Config) error {
+	if cfg.Columns != nil {
+		return nil
+	}
+	text, err := yaml.Marshal(map[string][]schema.Column{"columns": schema.Rollout().Columns})
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	b.WriteString("# columns: not set: the table's recorded columns, or for a new table the rollout schema:\n")
+	for _, line := range strings.SplitAfter(strings.TrimSuffix(string(text), "\n"), "\n") {
+		b.WriteString("# " + line)
+	}
+	b.WriteString("\n")
+	_, err = io.WriteString(w, b.String())
+	return err
 }
 
 // storeOptions are the settings of the commands that work on a data dir

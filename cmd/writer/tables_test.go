@@ -200,3 +200,29 @@ func manyColumns(n int) string {
 	}
 	return b.String()
 }
+
+// TestConfigCheckShowsColumns: config check prints configured columns as
+// settings, and otherwise the columns a new table gets, as comments (so
+// that its output, read back, still configures none).
+func TestConfigCheckShowsColumns(t *testing.T) {
+	dir := t.TempDir()
+	out, err := run(t, "config", "check")
+	if err != nil || !strings.Contains(out, "# columns: not set") || !strings.Contains(out, "#     - name: prompt") {
+		t.Fatalf("config check without columns: %v\n%s", err, out)
+	}
+	again := filepath.Join(dir, "again.yaml")
+	if err := os.WriteFile(again, []byte(out), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out2, err := run(t, "config", "check", "--config", again); err != nil || out2 != out {
+		t.Fatalf("config check of its own output: %v\n%s", err, out2)
+	}
+	cfg := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(cfg, []byte(`columns: [{name: tokens, type: "list<int32>"}]`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err = run(t, "config", "check", "--config", cfg)
+	if err != nil || !strings.Contains(out, "columns:\n  - name: tokens\n    type: list<int32>") || strings.Contains(out, "# columns") {
+		t.Fatalf("config check with columns: %v\n%s", err, out)
+	}
+}
