@@ -15,11 +15,11 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/rollwal/rollwal/client"
 	"github.com/rollwal/rollwal/engine"
+	"github.com/rollwal/rollwal/internal/arrowtest"
 	"github.com/rollwal/rollwal/internal/rolloutgen"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/server"
@@ -266,13 +266,5 @@ func arrowBody(b *testing.B, rows []map[string]any) []byte {
 	}
 	rec := rb.NewRecordBatch()
 	defer rec.Release()
-	var buf bytes.Buffer
-	w := ipc.NewWriter(&buf, ipc.WithSchema(rolloutArrow))
-	if err := w.Write(rec); err != nil {
-		b.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		b.Fatal(err)
-	}
-	return buf.Bytes()
+	return arrowtest.Stream(b, rolloutArrow, []arrow.RecordBatch{rec})
 }

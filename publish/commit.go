@@ -51,7 +51,7 @@ func (c *Coordinator) Commit(ctx context.Context, s *Staged) error {
 			return err
 		}
 		c.metrics.commits.WithLabelValues("noop").Inc()
-		return c.writeReaderManifest(ctx, st)
+		return c.writeReaderManifest(ctx, st, nil)
 	}
 	if err := c.checkShardsUnchanged(ctx, s.Plan, todo); err != nil {
 		c.metrics.commits.WithLabelValues("moved").Inc()
@@ -106,7 +106,7 @@ func (c *Coordinator) Commit(ctx context.Context, s *Staged) error {
 	}
 	// The table as committed, rather than read back from etcd: the commit
 	// applied, and its metadata is what was just written.
-	return c.writeReaderManifestOf(ctx, next, tc.Table())
+	return c.writeReaderManifest(ctx, next, tc.Table())
 }
 
 // checkShardsUnchanged makes sure every generation about to be published is
@@ -174,29 +174,20 @@ type ReaderManifestFile struct {
 func ReaderManifestName(v uint64) string { return fmt.Sprintf("%020d.json", v) }
 
 // writeReaderManifest writes the readers' manifest of st's version if it is
-// missing (temp → fsync → rename → fsync dir), from the table's current
-// snapshot, which must be that version's. Version 0 has none.
-func (c *Coordinator) writeReaderManifest(ctx context.Context, st *shardmeta.BaseState) error {
-	return c.writeReaderManifestOf(ctx, st, nil)
-}
-
-// writeReaderManifestOf is writeReaderManifest with the table at st's
-// version, nil to load it.
-func (c *Coordinator) writeReaderManifestOf(ctx context.Context, st *shardmeta.BaseState, tbl *table.Table) error {
+// missing (temp → fsync → rename → fsync dir), from the table at that
+// version: tbl, or when nil the table's current snapshot, which must be
+// that version's. Version 0 has none.
+func (c *Coordinator) writeReaderManifest(ctx context.Context, st *shardmeta.BaseState, tbl *table.Table) error {
 	final := filepath.Join(c.baseDir, "_manifest", ReaderManifestName(st.Version))
 	if _, err := c.opts.FS.Stat(final); err == nil {
 		return nil
 	}
-	return c.replaceReaderManifestOf(ctx, st, tbl)
+	return c.replaceReaderManifest(ctx, st, tbl)
 }
 
-// replaceReaderManifest writes the readers' manifest of st's version,
-// replacing one that exists (atomically: rename).
-func (c *Coordinator) replaceReaderManifest(ctx context.Context, st *shardmeta.BaseState) error {
-	return c.replaceReaderManifestOf(ctx, st, nil)
-}
-
-func (c *Coordinator) replaceReaderManifestOf(ctx context.Context, st *shardmeta.BaseState, tbl *table.Table) error {
+// replaceReaderManifest is writeReaderManifest replacing a manifest that
+// exists (atomically: rename).
+func (c *Coordinator) replaceReaderManifest(ctx context.Context, st *shardmeta.BaseState, tbl *table.Table) error {
 	if st.Version == 0 {
 		return nil
 	}
@@ -343,7 +334,7 @@ func (c *Coordinator) RunOnce(ctx context.Context) (Result, error) {
 	if err != nil {
 		return res, stateErr(err)
 	}
-	if err := c.writeReaderManifest(ctx, st); err != nil {
+	if err := c.writeReaderManifest(ctx, st, nil); err != nil {
 		return res, err
 	}
 	res.Version = st.Version

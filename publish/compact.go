@@ -96,7 +96,7 @@ func (c *Coordinator) Compact(ctx context.Context) (CompactResult, error) {
 			return res, err
 		}
 	}
-	return res, c.writeReaderManifest(ctx, next)
+	return res, c.writeReaderManifest(ctx, next, nil)
 }
 
 // Tiers of compaction: files whose sizes are within tierRatio of each

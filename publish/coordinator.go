@@ -383,7 +383,7 @@ func (c *Coordinator) repairReaderManifest(ctx context.Context) error {
 	} else if err != nil {
 		return err
 	}
-	if err := c.writeReaderManifest(ctx, st); err != nil && !errors.Is(err, ErrInvalidState) {
+	if err := c.writeReaderManifest(ctx, st, nil); err != nil && !errors.Is(err, ErrInvalidState) {
 		return err
 	}
 	return nil

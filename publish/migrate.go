@@ -73,7 +73,7 @@ func (c *Coordinator) migrate(ctx context.Context) error {
 	c.log.Info("moved the base state's file list into the Iceberg table", "version", st.Version, "files", len(files), "metadata", tc.Location)
 	// The previous version's readers' manifest of this version has no
 	// iceberg_metadata: replace it.
-	return c.replaceReaderManifest(ctx, next)
+	return c.replaceReaderManifest(ctx, next, nil)
 }
 
 // verifyLegacyFiles checks every file a legacy state names before the

@@ -18,6 +18,7 @@ import (
 	flatbuffers "github.com/google/flatbuffers/go"
 
 	"github.com/rollwal/rollwal/engine"
+	"github.com/rollwal/rollwal/internal/arrowtest"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/wal"
 )
@@ -38,19 +39,13 @@ func arrowStream(t testing.TB, batches ...[]col) []byte {
 		fields = append(fields, arrow.Field{Name: c.name, Type: c.typ, Nullable: true})
 	}
 	sc := arrow.NewSchema(fields, nil)
-	var buf bytes.Buffer
-	w := ipc.NewWriter(&buf, ipc.WithSchema(sc))
+	var recs []arrow.RecordBatch
 	for _, cols := range batches {
 		rec := record(t, sc, cols)
-		if err := w.Write(rec); err != nil {
-			t.Fatal(err)
-		}
-		rec.Release()
+		defer rec.Release()
+		recs = append(recs, rec)
 	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return arrowtest.Stream(t, sc, recs)
 }
 
 func record(t testing.TB, sc *arrow.Schema, cols []col) arrow.RecordBatch {
@@ -59,7 +54,7 @@ func record(t testing.TB, sc *arrow.Schema, cols []col) arrow.RecordBatch {
 	for _, c := range cols {
 		b := array.NewBuilder(memory.DefaultAllocator, c.typ)
 		for _, v := range c.vals {
-			appendValue(t, b, v)
+			arrowtest.Append(t, b, v)
 		}
 		arrs = append(arrs, b.NewArray())
 		b.Release()
@@ -69,76 +64,6 @@ func record(t testing.TB, sc *arrow.Schema, cols []col) arrow.RecordBatch {
 		a.Release()
 	}
 	return rec
-}
-
-func appendValue(t testing.TB, b array.Builder, v any) {
-	t.Helper()
-	if v == nil {
-		b.AppendNull()
-		return
-	}
-	switch b := b.(type) {
-	case *array.StringBuilder:
-		b.Append(v.(string))
-	case *array.LargeStringBuilder:
-		b.Append(v.(string))
-	case *array.StringViewBuilder:
-		b.Append(v.(string))
-	case *array.Int64Builder:
-		b.Append(v.(int64))
-	case *array.Int32Builder:
-		b.Append(v.(int32))
-	case *array.Int16Builder:
-		b.Append(v.(int16))
-	case *array.Int8Builder:
-		b.Append(v.(int8))
-	case *array.Uint16Builder:
-		b.Append(v.(uint16))
-	case *array.Float64Builder:
-		b.Append(v.(float64))
-	case *array.Float32Builder:
-		b.Append(v.(float32))
-	case *array.BooleanBuilder:
-		b.Append(v.(bool))
-	case *array.BinaryBuilder:
-		b.Append(v.([]byte))
-	case *array.BinaryViewBuilder:
-		b.Append(v.([]byte))
-	case *array.BinaryDictionaryBuilder:
-		if err := b.AppendString(v.(string)); err != nil {
-			t.Fatal(err)
-		}
-	case *array.TimestampBuilder:
-		b.Append(arrow.Timestamp(v.(int64))) // in the type's unit
-	default:
-		appendNestedValue(t, b, v)
-	}
-}
-
-// appendNestedValue appends a list ([]any) or a struct (map[string]any;
-// a field it lacks is null).
-func appendNestedValue(t testing.TB, b array.Builder, v any) {
-	t.Helper()
-	switch b := b.(type) {
-	case *array.StructBuilder:
-		b.Append(true)
-		st := b.Type().(*arrow.StructType)
-		for k, f := range st.Fields() {
-			appendValue(t, b.FieldBuilder(k), v.(map[string]any)[f.Name])
-		}
-	case *array.FixedSizeListBuilder: // before VarLenListLikeBuilder, which it also is
-		b.Append(true)
-		for _, e := range v.([]any) {
-			appendValue(t, b.ValueBuilder(), e)
-		}
-	case array.VarLenListLikeBuilder:
-		b.AppendWithSize(true, len(v.([]any)))
-		for _, e := range v.([]any) {
-			appendValue(t, b.ValueBuilder(), e)
-		}
-	default:
-		t.Fatalf("test helper cannot build %T", b)
-	}
 }
 
 // rollouts are rows of the default schema, prompt as large_utf8 to show
@@ -398,17 +323,9 @@ func TestArrowCompressedStreams(t *testing.T) {
 	}
 	sc := arrow.NewSchema(fields, nil)
 	encode := func(cols []col) []byte {
-		var buf bytes.Buffer
-		w := ipc.NewWriter(&buf, ipc.WithSchema(sc), ipc.WithZstd())
 		rec := record(t, sc, cols)
 		defer rec.Release()
-		if err := w.Write(rec); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
-		return buf.Bytes()
+		return arrowtest.Stream(t, sc, []arrow.RecordBatch{rec}, ipc.WithZstd())
 	}
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	got, err := decodeArrow(bytes.NewReader(encode(cols)), schema.Rollout(), mem, limits(64<<10, 100))

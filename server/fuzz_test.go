@@ -207,7 +207,7 @@ func checkPathsAgree(t *testing.T, sc *schema.Schema, line []byte) {
 	if len(line) == 0 {
 		return
 	}
-	fast, ok := decodeLineFast(line, sc)
+	fast, ok := decodeLineFast(line, shapeOf(line), sc)
 	strict, lerr := decodeLineStrict(line, sc)
 	if !ok {
 		return

@@ -85,11 +85,12 @@ func decodeNDJSON(body io.Reader, sc *schema.Schema, maxRows int, maxBytes int64
 			}
 			// Before decoding: a line of millions of tiny values ("{}",
 			// "0") decodes, generically, to tens of bytes of heap a value.
-			if heap += jsonValues(t) * valueHeapBytes; heap > decodedPerWAL*maxBytes {
+			sh := shapeOf(t)
+			if heap += int64(sh.values) * valueHeapBytes; heap > decodedPerWAL*maxBytes {
 				return nil, nil, &parseError{line: line, err: fmt.Errorf("%w: the rows up to this line hold more than %d JSON values; send fewer or smaller rows",
 					errDecodedTooLarge, decodedPerWAL*maxBytes/valueHeapBytes)}
 			}
-			row, n, lerr := decodeLine(t, sc)
+			row, n, lerr := decodeLine(t, sh, sc)
 			if lerr != nil {
 				if lerr.offset >= 0 {
 					lerr.offset += bytes.Index(b, t) // the line as sent, before trimming
@@ -114,21 +115,28 @@ func decodeNDJSON(body io.Reader, sc *schema.Schema, maxRows int, maxBytes int64
 // or "0" values decoded to 50–60 bytes a value (TestNDJSONValueBombIs413).
 const valueHeapBytes = 64
 
-// jsonValues bounds the JSON values in a line from above: every value but
-// the first follows a '[', ',' or ':' outside a string.
-func jsonValues(b []byte) int64 {
-	n, inString := int64(1), false
+// shape is what one scan of a line's JSON text counts outside strings:
+// the colons, one per key of every object, and an upper bound of its
+// values (every value but the first follows a '[', ',' or ':').
+type shape struct{ keys, values int }
+
+func shapeOf(b []byte) shape {
+	sh, inString := shape{values: 1}, false
 	for i := 0; i < len(b); i++ {
 		switch c := b[i]; {
 		case inString && c == '\\':
 			i++
 		case c == '"':
 			inString = !inString
-		case !inString && (c == '[' || c == ',' || c == ':'):
-			n++
+		case inString:
+		case c == ':':
+			sh.keys++
+			sh.values++
+		case c == '[' || c == ',':
+			sh.values++
 		}
 	}
-	return n
+	return sh
 }
 
 // readLine returns the next line. One that fits in br's buffer is not
@@ -149,8 +157,8 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 // its values take in a WAL record. decodeLineFast takes the lines that are
 // plainly fine; any other line is walked by decodeLineStrict, which
 // defines what is accepted and locates what is not.
-func decodeLine(b []byte, sc *schema.Schema) (schema.Row, int64, *lineError) {
-	if row, ok := decodeLineFast(b, sc); ok {
+func decodeLine(b []byte, sh shape, sc *schema.Schema) (schema.Row, int64, *lineError) {
+	if row, ok := decodeLineFast(b, sh, sc); ok {
 		return row, rowSize(row), nil
 	}
 	row, lerr := decodeLineStrict(b, sc)
@@ -168,7 +176,7 @@ func decodeLine(b []byte, sc *schema.Schema) (schema.Row, int64, *lineError) {
 // Objects and arrays of columns that keep JSON text are then taken byte
 // for byte from a second decode into raw messages, only for lines that
 // hold any; those of list and struct columns stay decoded.
-func decodeLineFast(b []byte, sc *schema.Schema) (schema.Row, bool) {
+func decodeLineFast(b []byte, sh shape, sc *schema.Schema) (schema.Row, bool) {
 	if b[0] != '{' || !utf8.Valid(b) {
 		return nil, false
 	}
@@ -186,7 +194,7 @@ func decodeLineFast(b []byte, sc *schema.Schema) (schema.Row, bool) {
 		n, isNested := decodedKeys(v)
 		keys, text = keys+n, text || (isNested && !takesValues(sc, k))
 	}
-	if keys != countKeys(b) {
+	if keys != sh.keys {
 		return nil, false
 	}
 	if text {
@@ -232,23 +240,6 @@ func decodedKeys(v any) (int, bool) {
 		return 0, false
 	}
 	return n, true
-}
-
-// countKeys counts the colons outside strings of JSON text: one per key
-// of every object in it.
-func countKeys(b []byte) int {
-	n, inString := 0, false
-	for i := 0; i < len(b); i++ {
-		switch c := b[i]; {
-		case inString && c == '\\':
-			i++
-		case c == '"':
-			inString = !inString
-		case !inString && c == ':':
-			n++
-		}
-	}
-	return n
 }
 
 // rowSize estimates the bytes a row's values take in a WAL record: a

@@ -14,10 +14,10 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/rollwal/rollwal/engine"
+	"github.com/rollwal/rollwal/internal/arrowtest"
 	"github.com/rollwal/rollwal/schema"
 )
 
@@ -378,22 +378,14 @@ func claimStream(t testing.TB, rows int, c claimArrays) []byte {
 		fields = append(fields, field(cl.name, cl.typ))
 		b := array.NewBuilder(memory.DefaultAllocator, cl.typ)
 		for _, v := range cl.vals {
-			appendValue(t, b, v)
+			arrowtest.Append(t, b, v)
 		}
 		arrs = append(arrs, b.NewArray())
 	}
 	sc := arrow.NewSchema(fields, nil)
 	rec := array.NewRecordBatch(sc, arrs, int64(rows))
 	defer rec.Release()
-	var buf bytes.Buffer
-	w := ipc.NewWriter(&buf, ipc.WithSchema(sc))
-	if err := w.Write(rec); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return arrowtest.Stream(t, sc, []arrow.RecordBatch{rec})
 }
 
 // TestArrowNestedRefusals: an Arrow type that does not fit its column is a

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -15,6 +14,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
 	"github.com/rollwal/rollwal/engine"
+	"github.com/rollwal/rollwal/internal/arrowtest"
 	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/wal"
@@ -173,17 +173,9 @@ func arrowBomb(t *testing.T, compression ipc.Option, n, size int) []byte {
 		fields = append(fields, arrow.Field{Name: c.name, Type: c.typ, Nullable: true})
 	}
 	sc := arrow.NewSchema(fields, nil)
-	var buf bytes.Buffer
-	w := ipc.NewWriter(&buf, ipc.WithSchema(sc), compression)
 	rec := record(t, sc, cols)
 	defer rec.Release()
-	if err := w.Write(rec); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	one := buf.Bytes()
+	one := arrowtest.Stream(t, sc, []arrow.RecordBatch{rec}, compression)
 	schemaEnd := 8 + int(binary.LittleEndian.Uint32(one[4:8]))
 	batch := one[schemaEnd : len(one)-8] // the record batch message, before the end-of-stream marker
 	out := append([]byte(nil), one[:schemaEnd]...)

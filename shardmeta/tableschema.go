@@ -42,10 +42,18 @@ func (k Keys) Schema() string { return k.Root() + "schema" }
 // rides out an etcd without a leader: a transient failure is tried again
 // until ctx ends.
 func EnsureSchema(ctx context.Context, cli *clientv3.Client, keys Keys, s *schema.Schema, timeout time.Duration) (*SchemaRecord, error) {
+	if err := keys.Validate(); err != nil {
+		return nil, err
+	}
+	rec := newSchemaRecord(s)
+	data, err := encodeSchemaRecord(rec)
+	if err != nil {
+		return nil, err
+	}
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
-		rec, err := ensureSchemaOnce(ctx, cli, keys, s, timeout)
+		stored, err := ensureSchemaOnce(ctx, cli, keys, rec, data, timeout)
 		if err == nil || !etcderr.Transient(err) || ctx.Err() != nil {
-			return rec, err
+			return stored, err
 		}
 		select {
 		case <-ctx.Done():
@@ -55,15 +63,9 @@ func EnsureSchema(ctx context.Context, cli *clientv3.Client, keys Keys, s *schem
 	}
 }
 
-func ensureSchemaOnce(ctx context.Context, cli *clientv3.Client, keys Keys, s *schema.Schema, timeout time.Duration) (*SchemaRecord, error) {
-	if err := keys.Validate(); err != nil {
-		return nil, err
-	}
-	rec := &SchemaRecord{Version: 1, Fingerprint: s.Fingerprint(), Columns: s.Columns}
-	data, err := encodeSchemaRecord(rec)
-	if err != nil {
-		return nil, err
-	}
+// ensureSchemaOnce records rec (encoded as data) unless the table has a
+// record, which must then have rec's fingerprint.
+func ensureSchemaOnce(ctx context.Context, cli *clientv3.Client, keys Keys, rec *SchemaRecord, data []byte, timeout time.Duration) (*SchemaRecord, error) {
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	k := keys.Schema()
@@ -85,7 +87,7 @@ func ensureSchemaOnce(ctx context.Context, cli *clientv3.Client, keys Keys, s *s
 	}
 	if stored.Fingerprint != rec.Fingerprint {
 		return nil, fmt.Errorf("%w: table %s has schema version %d, and %s", ErrSchemaMismatch, keys.Table, stored.Version,
-			SchemaDifference(stored.Columns, s.Columns))
+			SchemaDifference(stored.Columns, rec.Columns))
 	}
 	return stored, nil
 }
@@ -93,8 +95,13 @@ func ensureSchemaOnce(ctx context.Context, cli *clientv3.Client, keys Keys, s *s
 // CheckSchemaRecord reports whether s fits a schema record, so that a
 // configuration check refuses what a writer's start would.
 func CheckSchemaRecord(s *schema.Schema) error {
-	_, err := encodeSchemaRecord(&SchemaRecord{Version: 1, Fingerprint: s.Fingerprint(), Columns: s.Columns})
+	_, err := encodeSchemaRecord(newSchemaRecord(s))
 	return err
+}
+
+// newSchemaRecord is the first record of a table of schema s.
+func newSchemaRecord(s *schema.Schema) *SchemaRecord {
+	return &SchemaRecord{Version: 1, Fingerprint: s.Fingerprint(), Columns: s.Columns}
 }
 
 func encodeSchemaRecord(rec *SchemaRecord) ([]byte, error) {

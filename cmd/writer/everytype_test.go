@@ -20,9 +20,9 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/rollwal/rollwal/internal/arrowtest"
 	"github.com/rollwal/rollwal/internal/pyenv"
 )
 
@@ -368,68 +368,10 @@ func arrowOf(t *testing.T, rows []everyTypeRow) []byte {
 	defer b.Release()
 	for _, r := range rows {
 		for i, f := range fields {
-			appendArrow(t, b.Field(i), r[f.Name])
+			arrowtest.Append(t, b.Field(i), r[f.Name])
 		}
 	}
 	rec := b.NewRecordBatch()
 	defer rec.Release()
-	var buf bytes.Buffer
-	w := ipc.NewWriter(&buf, ipc.WithSchema(sc))
-	if err := w.Write(rec); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
-func appendArrow(t *testing.T, b array.Builder, v any) {
-	if v == nil {
-		b.AppendNull()
-		return
-	}
-	switch bb := b.(type) {
-	case *array.StringBuilder:
-		bb.Append(v.(string))
-	case *array.Int32Builder:
-		bb.Append(v.(int32))
-	case *array.Int64Builder:
-		bb.Append(v.(int64))
-	case *array.Float32Builder:
-		bb.Append(v.(float32))
-	case *array.Float64Builder:
-		bb.Append(v.(float64))
-	case *array.BooleanBuilder:
-		bb.Append(v.(bool))
-	case *array.BinaryBuilder:
-		bb.Append(v.([]byte))
-	case *array.TimestampBuilder:
-		bb.Append(arrow.Timestamp(v.(time.Time).UnixMicro()))
-	case *array.ListBuilder:
-		bb.Append(true)
-		for _, e := range v.([]any) {
-			appendArrow(t, bb.ValueBuilder(), e)
-		}
-	case *array.LargeListBuilder:
-		bb.Append(true)
-		for _, e := range v.([]any) {
-			appendArrow(t, bb.ValueBuilder(), e)
-		}
-	case *array.ListViewBuilder:
-		l := v.([]any)
-		bb.AppendWithSize(true, len(l))
-		for _, e := range l {
-			appendArrow(t, bb.ValueBuilder(), e)
-		}
-	case *array.StructBuilder:
-		bb.Append(true)
-		m := v.(map[string]any)
-		st := bb.Type().(*arrow.StructType)
-		for i, f := range st.Fields() {
-			appendArrow(t, bb.FieldBuilder(i), m[f.Name])
-		}
-	default:
-		t.Fatalf("no Arrow builder for %T", b)
-	}
+	return arrowtest.Stream(t, sc, []arrow.RecordBatch{rec})
 }

@@ -70,18 +70,19 @@ func (c *Config) table(name string) (TableConfig, bool) {
 	return TableConfig{}, false
 }
 
-// validateTables checks tables: names, each table's shards and columns;
-// the engine's checks of each follow in validateEngine.
+// validateTables checks tables: names, each table's shards and columns
+// (those of the top level have checks of their own); the engine's checks
+// of each follow in validateEngine.
 func (c *Config) validateTables() error {
-	if len(c.Tables) > maxTables {
+	switch {
+	case len(c.Tables) == 0:
+		return nil
+	case len(c.Tables) > maxTables:
 		return badValue("tables", len(c.Tables), "more than %d tables in one process", maxTables)
 	}
 	seen := map[string]bool{}
 	for i, t := range c.tables() {
 		key := fmt.Sprintf("tables[%d]", i)
-		if len(c.Tables) == 0 {
-			key = "table"
-		}
 		if err := (shardmeta.Keys{Prefix: "rollwal", Table: t.Name}).Validate(); err != nil {
 			return badValue(key+".name", t.Name, "%v", err)
 		}
