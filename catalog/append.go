@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"math"
 	"path/filepath"
@@ -113,6 +114,15 @@ type BaseCommit struct {
 	// Retention, when not zero, expires the snapshots it does not keep
 	// in the same commit.
 	Retention Retention
+	// Schema, when set, is the schema version the commit's files are
+	// written in. A version newer than the table's current schema (schema
+	// id below Schema.SchemaID()) is added with its own field ids and made
+	// current, and the name mapping becomes its EvolveNameMapping, before the
+	// snapshot is made (which so names the new schema). The table's own
+	// version is kept; an older one than the table's is refused
+	// (ErrSchemaBehind): files must not be published in a schema the
+	// table has left.
+	Schema *SchemaVersion
 }
 
 // Retention bounds the snapshots a table keeps (and so its metadata
@@ -138,23 +148,96 @@ func (c *Etcd) PrepareBaseCommit(ctx context.Context, ident table.Identifier, bc
 	if err != nil {
 		return nil, err
 	}
-	txn := cur.tbl.NewTransaction()
+	evolve, err := schemaUpdates(cur.tbl.Metadata(), bc.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: table %s: %w", cur.name, err)
+	}
+	// The snapshot is made on the table as it is with the new schema, so
+	// that it names it; the commit applies the schema updates first.
+	base := cur.tbl
+	if len(evolve) > 0 {
+		meta, err := table.UpdateTableMetadata(cur.tbl.Metadata(), evolve, cur.rec.MetadataLocation)
+		if err != nil {
+			return nil, fmt.Errorf("catalog: table %s: schema version %d: %w", cur.name, bc.Schema.Version, err)
+		}
+		base = table.New(cur.tbl.Identifier(), meta, cur.rec.MetadataLocation, c.fsF, c)
+	}
+	txn := base.NewTransaction()
 	if len(bc.Properties) > 0 {
 		if err := txn.SetProperties(bc.Properties); err != nil {
 			return nil, fmt.Errorf("catalog: table %s: properties: %w", cur.name, err)
 		}
 	}
-	if err := stageFiles(ctx, txn, cur.tbl.Metadata(), bc); err != nil {
+	if err := stageFiles(ctx, txn, base.Metadata(), bc); err != nil {
 		return nil, fmt.Errorf("catalog: table %s: %w", cur.name, err)
 	}
-	if err := expire(txn, cur.tbl.Metadata(), bc.Retention, len(bc.Files) > 0 || len(bc.Remove) > 0); err != nil {
+	if err := expire(txn, base.Metadata(), bc.Retention, len(bc.Files) > 0 || len(bc.Remove) > 0); err != nil {
 		return nil, fmt.Errorf("catalog: table %s: expire snapshots: %w", cur.name, err)
 	}
 	tc, err := txn.TableCommit()
 	if err != nil {
 		return nil, err
 	}
-	return c.prepare(cur, tc.Requirements, tc.Updates)
+	return c.prepare(cur, tc.Requirements, append(evolve, tc.Updates...))
+}
+
+// SchemaVersionProperty is the table property that names the schema
+// version (SchemaVersion.Version) the table's current schema is. Absent,
+// the version is the current schema id + 1.
+const SchemaVersionProperty = "rollwal.schema-version"
+
+// TableSchemaVersion is the schema version of the table's current schema.
+func TableSchemaVersion(meta table.Metadata) (int, error) {
+	s, ok := meta.Properties()[SchemaVersionProperty]
+	if !ok {
+		return meta.CurrentSchema().ID + 1, nil
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < 1 {
+		return 0, fmt.Errorf("%w: table property %s=%q is not a schema version", ErrCorrupt, SchemaVersionProperty, s)
+	}
+	return v, nil
+}
+
+// schemaUpdates are the updates that make v the table's current schema:
+// none when it is already (or v is nil), an error when the table is at a
+// newer version.
+func schemaUpdates(meta table.Metadata, v *SchemaVersion) ([]table.Update, error) {
+	if v == nil {
+		return nil, nil
+	}
+	have, err := TableSchemaVersion(meta)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case v.Version < have:
+		return nil, fmt.Errorf("%w: the files are in schema version %d, the table is at version %d", ErrSchemaBehind, v.Version, have)
+	case v.Version == have:
+		return nil, nil
+	}
+	sc, err := BaseSchemaVersion(*v)
+	if err != nil {
+		return nil, err
+	}
+	nm, err := EvolveNameMapping(meta.NameMapping(), *v)
+	if err != nil {
+		return nil, err
+	}
+	mapping, err := json.Marshal(nm)
+	if err != nil {
+		return nil, err
+	}
+	// Our own updates, not iceberg-go's UpdateSchema, which assigns
+	// fresh field ids: ours are wire format.
+	return []table.Update{
+		table.NewAddSchemaUpdate(sc),
+		table.NewSetCurrentSchemaUpdate(-1), // the one just added (or an equal one the table has)
+		table.NewSetPropertiesUpdate(iceberg.Properties{
+			table.DefaultNameMappingKey: string(mapping),
+			SchemaVersionProperty:       strconv.Itoa(v.Version),
+		}),
+	}, nil
 }
 
 // stageFiles stages bc's append or replace on txn.

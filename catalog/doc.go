@@ -56,6 +56,12 @@
 // Summary/ParseSummary record per shard the generations and writer epochs
 // a snapshot published.
 //
+// A table's schema has versions: BaseSchemaVersion is version v with the
+// columns' own field ids and schema id v-1, and a BaseCommit carrying a
+// newer version than the table's adds that schema with those ids, makes it
+// current and rewrites the name mapping (current names and their aliases)
+// in the same commit, before its snapshot.
+//
 // An Etcd is safe for concurrent use; commits to one table are serialised
 // by the guard, not by a lock.
 package catalog

@@ -19,6 +19,9 @@ var (
 	ErrUnknownOutcome = errors.New("catalog: unknown outcome")
 	// ErrCorrupt: a catalog record in etcd does not decode.
 	ErrCorrupt = errors.New("catalog: corrupt record")
+	// ErrSchemaBehind: a base commit's files are in an older schema
+	// version than the table's current one. Nothing was written.
+	ErrSchemaBehind = errors.New("catalog: schema version behind the table's")
 	// ErrInvalidName: a namespace or table name outside
 	// [A-Za-z0-9._-]{1,128}, or a nested namespace.
 	ErrInvalidName = errors.New("catalog: invalid name")

@@ -45,7 +45,7 @@ func (s *Shard) AppendWith(ctx context.Context, rows []schema.Row, o AppendOptio
 	if len(rows) > s.opts.MaxBatchRows {
 		return Result{}, fmt.Errorf("%w: %d rows, the limit is %d", ErrBatchTooLarge, len(rows), s.opts.MaxBatchRows)
 	}
-	b, err := s.opts.Schema.Build(rows)
+	b, err := s.Schema().Build(rows)
 	if err != nil {
 		return Result{}, err
 	}
@@ -70,9 +70,6 @@ func (s *Shard) AppendBatchWith(ctx context.Context, b *schema.Batch, o AppendOp
 }
 
 func (s *Shard) checkAppend(b *schema.Batch, o AppendOptions) error {
-	if b.Schema.Fingerprint() != s.opts.Schema.Fingerprint() {
-		return fmt.Errorf("engine: shard %s: batch built for another schema", s.name)
-	}
 	if b.Len() > s.opts.MaxBatchRows {
 		return fmt.Errorf("%w: %d rows, the limit is %d", ErrBatchTooLarge, b.Len(), s.opts.MaxBatchRows)
 	}
@@ -112,27 +109,10 @@ func (s *Shard) appendBatch(ctx context.Context, b *schema.Batch, o AppendOption
 	if err := s.checkAppend(b, o); err != nil {
 		return Result{}, err
 	}
-	// Reserve memory before taking the lock: waiting for budget under the
-	// lock would block the flusher that frees it.
-	reserved := memtable.EstimateBytes(b)
-	if err := s.acquire(ctx, reserved); err != nil {
-		return Result{}, err
+	res, syncTo, err := s.logAndInsert(ctx, b, o)
+	for errors.Is(err, errSchemaMoved) {
+		res, syncTo, err = s.logAndInsert(ctx, b, o)
 	}
-	meta := RecordMeta{Producer: o.Producer, Count: uint64(b.Len()), Source: o.Source, Millis: s.opts.Now().UnixMilli()}
-	// Encode and compress outside the ordered section, so that producers
-	// do it in parallel; a batch with duplicates re-encodes under the lock.
-	buf := encodeBufs.Get().(*[]byte)
-	payload, kind := s.encodeRecord((*buf)[:0], meta, b)
-	pre, err := s.w.Prepare(payload)
-	if err != nil {
-		s.budget.Release(reserved)
-		return Result{}, fmt.Errorf("engine: shard %s: %w", s.name, err)
-	}
-	pre.Kind = kind
-	res, syncTo, used, err := s.write(b, pre, meta)
-	pre.Release()
-	putEncodeBuf(buf, payload)
-	s.budget.Release(reserved - used)
 	if err != nil {
 		return Result{}, err
 	}
@@ -154,13 +134,53 @@ func (s *Shard) appendBatch(ctx context.Context, b *schema.Batch, o AppendOption
 	return res, nil
 }
 
-// encodeRecord appends b's WAL payload, with meta when it carries any, and
-// returns it with its kind.
+// errSchemaMoved sends an append back to be converted again: a racing
+// append moved the memtables to a newer schema version than the one its
+// rows were converted to.
+var errSchemaMoved = errors.New("engine: the schema moved on")
+
+// logAndInsert converts b to the current schema version, writes its WAL
+// record and inserts it into the active memtable. It returns the result
+// and the position to sync to.
+func (s *Shard) logAndInsert(ctx context.Context, b *schema.Batch, o AppendOptions) (Result, uint64, error) {
+	b, version, err := s.schemas.convert(b)
+	if err != nil {
+		return Result{}, 0, fmt.Errorf("engine: shard %s: %w", s.name, err)
+	}
+	// Reserve memory before taking the lock: waiting for budget under the
+	// lock would block the flusher that frees it.
+	reserved := memtable.EstimateBytes(b)
+	if err := s.acquire(ctx, reserved); err != nil {
+		return Result{}, 0, err
+	}
+	meta := RecordMeta{Producer: o.Producer, Count: uint64(b.Len()), Source: o.Source, Millis: s.opts.Now().UnixMilli(),
+		SchemaVersion: version.version}
+	// Encode and compress outside the ordered section, so that producers
+	// do it in parallel; a batch with duplicates re-encodes under the lock.
+	buf := encodeBufs.Get().(*[]byte)
+	payload, kind := s.encodeRecord((*buf)[:0], meta, b)
+	pre, err := s.w.Prepare(payload)
+	if err != nil {
+		s.budget.Release(reserved)
+		return Result{}, 0, fmt.Errorf("engine: shard %s: %w", s.name, err)
+	}
+	pre.Kind = kind
+	res, syncTo, used, err := s.write(b, pre, meta, version)
+	pre.Release()
+	putEncodeBuf(buf, payload)
+	s.budget.Release(reserved - used)
+	return res, syncTo, err
+}
+
+// encodeRecord appends b's WAL payload, with meta when it carries any (or
+// the rows are of a later schema version than the first), and returns it
+// with its kind.
 func (s *Shard) encodeRecord(dst []byte, meta RecordMeta, b *schema.Batch) ([]byte, uint8) {
-	if meta.empty() {
+	if meta.empty() && meta.SchemaVersion <= 1 {
 		return b.Encode(dst), kindBatch
 	}
-	return b.Encode(appendMeta(dst, meta)), kindMetaBatch
+	dst, kind := appendVersioned(dst, meta.SchemaVersion)
+	return b.Encode(appendMeta(dst, meta)), kind
 }
 
 // encodeBufs recycles the buffers batches are encoded into for the WAL:
@@ -191,12 +211,16 @@ func (s *Shard) acquire(ctx context.Context, n int64) error {
 // deduplicate, assign positions, write the WAL record, insert. It returns
 // the position the caller must sync to and the budget bytes the memtable
 // now holds.
-func (s *Shard) write(b *schema.Batch, pre *wal.Prepared, meta RecordMeta) (Result, uint64, int64, error) {
+func (s *Shard) write(b *schema.Batch, pre *wal.Prepared, meta RecordMeta, version *schemaVersion) (Result, uint64, int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.err(); err != nil {
 		return Result{}, 0, 0, err
 	}
+	if version.version < s.setVersion {
+		return Result{}, 0, 0, errSchemaMoved
+	}
+	s.followSchema(version)
 	res := Result{Generation: s.set.Active().Generation()}
 	if err := s.checkSource(meta.Source); err != nil {
 		return Result{}, 0, 0, err

@@ -170,11 +170,11 @@ func (s *Shard) writeGeneration(ctx context.Context, m *memtable.Memtable) (gene
 	meta := generation.Meta{
 		FormatVersion: generation.FormatVersion, Table: s.opts.Table, Shard: s.name,
 		Generation: m.Generation(), Epoch: s.claim.Epoch, SeqFirst: first, SeqLast: max(s.maxSeq(m, last), m.MaxPos()),
-		Rows: int64(m.Len()), SchemaFingerprint: s.opts.Schema.Fingerprint(),
+		Rows: int64(m.Len()), SchemaFingerprint: m.Schema().Fingerprint(),
 		CreatedUnixNano: s.opts.Now().UnixNano(),
 	}
 	opts := generation.Options{FS: s.opts.FS, Codec: s.opts.Codec, Logger: s.log}
-	return generation.Write(ctx, opts, s.genDir, s.opts.Schema, meta, generation.Data{Rows: m.Rows(), Seq: m.Seqs(), Epoch: m.Epochs()})
+	return generation.Write(ctx, opts, s.genDir, m.Schema(), meta, generation.Data{Rows: m.Rows(), Seq: m.Seqs(), Epoch: m.Epochs()})
 }
 
 // nextManifest is the committed manifest plus generation f.
@@ -186,6 +186,7 @@ func (s *Shard) nextManifest(m *memtable.Memtable, f generation.File) *shardmeta
 		next.Flushed = append(next.Flushed, shardmeta.Generation{
 			Number: g, File: f.Name, Rows: f.Meta.Rows, Bytes: f.Size,
 			SeqFirst: f.Meta.SeqFirst, SeqLast: f.Meta.SeqLast, Epoch: s.claim.Epoch,
+			SchemaVersion: s.schemaVersionOf(m),
 		})
 		next.ReplayCursor = f.Meta.SeqLast
 	} else {
@@ -316,6 +317,11 @@ func (s *Shard) backgroundFlush() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*s.opts.RequestTimeout)
 	defer cancel()
+	// The watch follows the schema record; this read makes a change
+	// served by the next flush at the latest, should the watch lag.
+	if err := s.schemas.refresh(ctx); err != nil {
+		s.log.Warn("reading the table's schema record", "err", err)
+	}
 	err := s.flushOnce(ctx, s.activeDue())
 	if err != nil {
 		s.log.Warn("background flush failed; will retry", "err", err)

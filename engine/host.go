@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rollwal/rollwal/memtable"
+	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
@@ -28,6 +29,7 @@ type Host struct {
 	// schemaChecked is set once the table's schema record holds the
 	// configured columns (shardmeta.EnsureSchema); guarded by openMu.
 	schemaChecked bool
+	schemas       *schemas
 
 	mu      sync.Mutex // guards shards and closing
 	shards  map[string]*Shard
@@ -56,6 +58,7 @@ func NewHost(opts Options) (*Host, error) {
 	bg, cancel := context.WithCancel(context.Background())
 	h := &Host{opts: opts, budget: opts.newBudget(), metrics: newMetrics(opts.Registerer), shards: map[string]*Shard{},
 		bg: bg, bgCancel: cancel}
+	h.schemas = newSchemas(&h.opts)
 	h.startRelief()
 	return h, nil
 }
@@ -103,11 +106,23 @@ func (h *Host) checkSchema(ctx context.Context) error {
 		return nil
 	}
 	keys := shardmeta.Keys{Prefix: h.opts.Prefix, Table: h.opts.Table}
-	if _, err := shardmeta.EnsureSchema(ctx, h.opts.Etcd, keys, h.opts.Schema, h.opts.RequestTimeout); err != nil {
+	rec, err := shardmeta.EnsureSchema(ctx, h.opts.Etcd, keys, h.opts.Schema, h.opts.RequestTimeout)
+	if err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}
+	h.schemas.adopt(rec)
+	h.goBackground(func() { h.schemas.watch(h.bg) })
 	h.schemaChecked = true
 	return nil
+}
+
+// Schema is the table's schema: the current version once a shard is
+// open, the configured columns before.
+func (h *Host) Schema() *schema.Schema {
+	if cur := h.schemas.current(); cur != nil {
+		return cur.schema
+	}
+	return h.opts.Schema
 }
 
 // leaseAttempts bounds the claims of one Open that find the lease gone.
@@ -124,7 +139,7 @@ func (h *Host) openOnLease(ctx context.Context, name string) (*Shard, *lease, er
 			return nil, nil, err
 		}
 		l := h.lease
-		s, err := openShard(ctx, &h.opts, name, l, h.budget, h.metrics)
+		s, err := openShard(ctx, &h.opts, name, l, h.budget, h.metrics, h.schemas)
 		if err == nil || !leaseGone(err) || attempt == leaseAttempts || ctx.Err() != nil {
 			return s, l, err
 		}

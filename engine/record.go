@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/shardmeta"
 	"github.com/rollwal/rollwal/wal"
 )
 
@@ -17,12 +18,22 @@ import (
 //	producer := uvarint(len) bytes [uvarint(seq) uvarint(count)]   fields only when len > 0
 //	source   := uvarint(len) bytes [varint(offset)]                offset only when len > 0
 //
-// A kind 1 record may hold no rows (every row was a duplicate): it then
-// covers one WAL position, which no row takes, and only carries its meta.
+//	kind 2  versioned meta batch        uvarint(schema version ≥ 2) meta batch
+//
+// A kind 1 or 2 record may hold no rows (every row was a duplicate): it
+// then covers one WAL position, which no row takes, and only carries its
+// meta. Kinds 0 and 1 hold rows of schema version 1; a record of a later
+// version is kind 2, so that a WAL written before versions reads as it
+// did and a replay decodes each record with the columns it was written
+// with.
 const (
-	kindBatch     uint8 = 0
-	kindMetaBatch uint8 = 1
+	kindBatch          uint8 = 0
+	kindMetaBatch      uint8 = 1
+	kindVersionedBatch uint8 = 2
 )
+
+// SchemaLookup returns version v of the table's schema.
+type SchemaLookup func(v int) (*schema.Schema, error)
 
 // RecordMeta is what a WAL record carries besides its rows.
 type RecordMeta struct {
@@ -32,6 +43,9 @@ type RecordMeta struct {
 	Count  uint64
 	Source Source
 	Millis int64
+	// SchemaVersion is the version of the table's schema the rows are
+	// in; 0 and 1 both mean version 1.
+	SchemaVersion int
 }
 
 func (m RecordMeta) empty() bool { return m.Producer.ID == "" && m.Source.Name == "" }
@@ -55,14 +69,15 @@ func appendMeta(dst []byte, m RecordMeta) []byte {
 var errBadMeta = errors.New("engine: bad record meta")
 
 // DecodeRecord decodes the payload of a WAL record the engine wrote (for
-// tools that read a shard's WAL: verify, dump): its meta and its rows,
-// checked against the positions the header covers.
-func DecodeRecord(sch *schema.Schema, h wal.Header, payload []byte) (RecordMeta, *schema.Batch, error) {
-	m, b, err := decodeRecord(sch, h.Kind, payload)
+// tools that read a shard's WAL: verify, dump): its meta and its rows, in
+// the schema version they were written with, checked against the
+// positions the header covers.
+func DecodeRecord(schemas SchemaLookup, h wal.Header, payload []byte) (RecordMeta, *schema.Batch, error) {
+	m, b, err := decodeRecord(schemas, h.Kind, payload)
 	if err != nil {
 		return m, nil, err
 	}
-	if want := int(h.Count); b.Len() != want && !(h.Kind == kindMetaBatch && b.Len() == 0 && want == 1) {
+	if want := int(h.Count); b.Len() != want && !(h.Kind != kindBatch && b.Len() == 0 && want == 1) {
 		return m, nil, fmt.Errorf("%d rows, the header covers %d positions", b.Len(), want)
 	}
 	return m, b, nil
@@ -70,20 +85,45 @@ func DecodeRecord(sch *schema.Schema, h wal.Header, payload []byte) (RecordMeta,
 
 // decodeRecord splits a WAL payload of the given kind into its meta and
 // its batch.
-func decodeRecord(sch *schema.Schema, kind uint8, payload []byte) (RecordMeta, *schema.Batch, error) {
+func decodeRecord(schemas SchemaLookup, kind uint8, payload []byte) (RecordMeta, *schema.Batch, error) {
 	var m RecordMeta
+	version := 1
 	switch kind {
 	case kindBatch:
+	case kindVersionedBatch:
+		v, n := binary.Uvarint(payload)
+		if n <= 0 || v < 2 || v > uint64(maxSchemaVersion) {
+			return m, nil, fmt.Errorf("%w: bad schema version", errBadMeta)
+		}
+		version, payload = int(v), payload[n:]
+		m.SchemaVersion = version
+		fallthrough
 	case kindMetaBatch:
 		var err error
 		if m, payload, err = decodeMeta(payload); err != nil {
 			return m, nil, err
 		}
+		m.SchemaVersion = version
 	default:
 		return m, nil, fmt.Errorf("%w: unknown record kind %d", errBadMeta, kind)
 	}
+	sch, err := schemas(version)
+	if err != nil {
+		return m, nil, err
+	}
 	b, err := sch.Decode(payload)
 	return m, b, err
+}
+
+const maxSchemaVersion = shardmeta.MaxSchemaVersions
+
+// appendVersioned appends the record prefix of a batch of schema version
+// v: its kind, and the version where the kind carries one.
+func appendVersioned(dst []byte, v int) ([]byte, uint8) {
+	if v <= 1 {
+		return dst, kindMetaBatch
+	}
+	return binary.AppendUvarint(dst, uint64(v)), kindVersionedBatch
 }
 
 func decodeMeta(b []byte) (RecordMeta, []byte, error) {

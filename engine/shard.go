@@ -31,9 +31,13 @@ type Shard struct {
 	claim   *shardmeta.Claim
 	w       *wal.WAL
 	set     *memtable.Set
-	budget  *memtable.Budget
-	metrics *metrics
-	log     *slog.Logger
+	schemas *schemas
+	// setVersion is the schema version of the rows the active memtable
+	// takes; guarded by mu.
+	setVersion int
+	budget     *memtable.Budget
+	metrics    *metrics
+	log        *slog.Logger
 
 	// mu orders WAL position assignment with memtable insertion, and
 	// guards lastPos and the choice of the active generation.
@@ -101,9 +105,9 @@ func (s *Shard) walDir() string {
 	return filepath.Join(s.opts.DataDir, s.opts.Table, "shards", s.name, "wal")
 }
 
-func openShard(ctx context.Context, o *Options, name string, l *lease, budget *memtable.Budget, m *metrics) (*Shard, error) {
+func openShard(ctx context.Context, o *Options, name string, l *lease, budget *memtable.Budget, m *metrics, sc *schemas) (*Shard, error) {
 	s := &Shard{
-		name: name, opts: o, budget: budget, metrics: m, lease: l,
+		name: name, opts: o, budget: budget, metrics: m, lease: l, schemas: sc,
 		genDir:      filepath.Join(o.DataDir, o.Table, "shards", name, "gen"),
 		store:       shardmeta.NewStore(o.Etcd, shardmeta.Keys{Prefix: o.Prefix, Table: o.Table}, shardmeta.StoreOptions{RequestTimeout: o.RequestTimeout, Logger: o.Logger}),
 		log:         o.Logger.With("shard", name),
@@ -205,7 +209,9 @@ func (s *Shard) recover(ctx context.Context) error {
 	if err := s.loadSessions(); err != nil {
 		return err
 	}
-	s.set = memtable.NewSet(s.opts.Schema, m.CurrentGeneration, s.budget, s.opts.Now)
+	cur := s.schemas.current()
+	s.set = memtable.NewSet(cur.schema, m.CurrentGeneration, s.budget, s.opts.Now)
+	s.setVersion = cur.version
 	start := time.Now()
 	rows, err := s.replay(ctx, m.ReplayCursor, s.w.Tail())
 	if err != nil {
@@ -314,7 +320,10 @@ func (s *Shard) replay(ctx context.Context, from, to uint64) (int, error) {
 			return fmt.Errorf("%w: record at position %d (epoch %d) overlaps position %d already replayed", ErrReplay, h.FirstPos, h.Epoch, last)
 		}
 		last = h.FirstPos + uint64(h.Count) - 1
-		meta, b, err := decodeRecord(s.opts.Schema, h.Kind, payload)
+		meta, b, err := decodeRecord(s.schemaLookup(ctx), h.Kind, payload)
+		if err == nil {
+			b, err = s.inSetSchema(b)
+		}
 		if err != nil {
 			return fmt.Errorf("record at position %d: %w", h.FirstPos, err)
 		}
@@ -434,11 +443,42 @@ func (s *Shard) insertSparse(b, fresh *schema.Batch, h wal.Header, src Source) e
 			continue
 		}
 		delete(keep, id) // a repeat within the record is a duplicate
-		one := s.opts.Schema.NewBatch(1)
+		one := b.Schema.NewBatch(1)
 		one.AppendRow(b, i)
 		s.set.Insert(one, h.FirstPos+uint64(i), h.Epoch, src.Name, src.Offset)
 	}
 	return nil
+}
+
+// Schema is the table's schema the shard serves: the current version.
+// Rows built against an earlier version are appended too (converted).
+func (s *Shard) Schema() *schema.Schema { return s.schemas.current().schema }
+
+// schemaLookup finds the schema versions a replay meets.
+func (s *Shard) schemaLookup(ctx context.Context) SchemaLookup {
+	return func(v int) (*schema.Schema, error) { return s.schemas.version(ctx, v) }
+}
+
+// followSchema moves the memtables to version v when it is newer than
+// theirs. Callers hold mu.
+func (s *Shard) followSchema(v *schemaVersion) {
+	if v.version <= s.setVersion {
+		return
+	}
+	s.set.UseSchema(v.schema)
+	s.setVersion = v.version
+	s.log.Info("memtables take a new schema version", "version", v.version)
+}
+
+// inSetSchema converts b to the schema of the memtables when it is of an
+// earlier version: a replayed record, or an append that a racing one
+// moved past.
+func (s *Shard) inSetSchema(b *schema.Batch) (*schema.Batch, error) {
+	sc := s.set.Schema()
+	if b.Schema == sc {
+		return b, nil
+	}
+	return schema.Convert(b, sc)
 }
 
 // Name is the shard's name.

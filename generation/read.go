@@ -64,7 +64,7 @@ func ReadMeta(fs vfs.FS, path string) (Meta, error) {
 
 // Read reads a whole generation file: its Meta and its rows. s must be the
 // schema the file was written with (same fingerprint), or the read fails
-// with ErrCorrupt.
+// with ErrCorrupt; ReadStored reads a file of any schema version.
 func Read(fs vfs.FS, path string, s *schema.Schema) (Meta, Data, error) {
 	if s == nil {
 		return Meta{}, Data{}, fmt.Errorf("generation: read %s: no schema", path)
@@ -74,6 +74,31 @@ func Read(fs vfs.FS, path string, s *schema.Schema) (Meta, Data, error) {
 		return Meta{}, Data{}, err
 	}
 	defer g.close()
+	d, err := g.readData()
+	if err != nil {
+		return Meta{}, Data{}, err
+	}
+	return g.meta, d, nil
+}
+
+// ReadStored reads a whole generation file with the schema stored in its
+// own footer, whichever version of the table's schema that is: Data.Rows.Schema
+// is that schema, with its field ids. A footer written before columns
+// carried ids is version 1 of its table, and gets the ids
+// schema.WithFieldIDs derives. The caller converts the rows to the schema
+// it needs (schema.Convert).
+func ReadStored(fs vfs.FS, path string) (Meta, Data, error) {
+	g, err := open(fs, path, nil)
+	if err != nil {
+		return Meta{}, Data{}, err
+	}
+	defer g.close()
+	cols, _ := schema.WithFieldIDs(g.schema.Columns)
+	s, err := schema.New(cols)
+	if err != nil {
+		return Meta{}, Data{}, corrupt(path, "the stored schema with field ids", err)
+	}
+	g.schema = s
 	d, err := g.readData()
 	if err != nil {
 		return Meta{}, Data{}, err

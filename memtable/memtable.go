@@ -84,6 +84,13 @@ func (m *Memtable) Rows() *schema.Batch {
 	return snapshot(&m.rows)
 }
 
+// Schema is the schema of the memtable's rows.
+func (m *Memtable) Schema() *schema.Schema {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.rows.Schema
+}
+
 // Seqs returns the _seq column, parallel to Rows: a read-only snapshot.
 func (m *Memtable) Seqs() []uint64 {
 	m.mu.Lock()

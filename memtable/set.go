@@ -233,6 +233,34 @@ func (s *Set) Rotate() *Memtable {
 	return old
 }
 
+// Schema is the schema of the active memtable: what Insert takes.
+func (s *Set) Schema() *schema.Schema {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.schema
+}
+
+// UseSchema makes sc the schema of the rows inserted from now on. A
+// generation holds rows of one schema: an active memtable that holds rows
+// is sealed (as Rotate does) and the next one takes sc; one without rows
+// takes sc itself, keeping what else it carries.
+func (s *Set) UseSchema(sc *schema.Schema) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sc == s.schema {
+		return
+	}
+	s.schema = sc
+	if len(s.active.seqs) == 0 {
+		s.active.rows = *sc.NewBatch(0)
+		return
+	}
+	old := s.active
+	old.sealed = true
+	s.sealed = append(s.sealed, old)
+	s.active = newMemtable(sc, old.gen+1, &s.mu)
+}
+
 // Oldest returns the oldest sealed memtable, or nil when none is sealed.
 func (s *Set) Oldest() *Memtable {
 	s.mu.Lock()

@@ -323,11 +323,18 @@ func (c *Coordinator) sweepAfter(ctx context.Context, res Result) {
 	}
 }
 
+// maxSchemaReplans bounds how often one RunOnce replans because the
+// schema moved on during a pass (ErrSchemaMoved): each schema change of a
+// running table costs at most one.
+const maxSchemaReplans = 3
+
 // RunOnce does whole merge passes until nothing is left to merge: it first
 // repairs a missing readers' manifest of the committed version, then
 // plans, stages and commits, replanning after each commit (a plan staged
 // in parts by the memory budget needs one pass per part), then maintains
-// the table (maintain).
+// the table (maintain). Each pass publishes in the table's schema version
+// current when it was planned; a pass that meets a newer one
+// (ErrSchemaMoved) is planned again, up to maxSchemaReplans times.
 func (c *Coordinator) RunOnce(ctx context.Context) (Result, error) {
 	var res Result
 	st, _, err := c.store.LoadBaseState(ctx)
@@ -338,6 +345,7 @@ func (c *Coordinator) RunOnce(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	res.Version = st.Version
+	moved := 0
 	for {
 		plan, err := c.Plan(ctx)
 		if err != nil {
@@ -348,6 +356,12 @@ func (c *Coordinator) RunOnce(ctx context.Context) (Result, error) {
 			return res, c.maintain(ctx, &res)
 		}
 		staged, err := c.Stage(ctx, plan)
+		if errors.Is(err, ErrSchemaMoved) && moved < maxSchemaReplans {
+			// The next plan reads the newer record.
+			moved++
+			c.log.Info("the schema moved on during the pass; replanning", "schema_version", plan.SchemaVersion, "err", err)
+			continue
+		}
 		if err != nil {
 			return res, err
 		}

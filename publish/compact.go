@@ -13,6 +13,7 @@ import (
 
 	"github.com/rollwal/rollwal/catalog"
 	"github.com/rollwal/rollwal/generation"
+	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
 )
 
@@ -55,7 +56,9 @@ type CompactResult struct {
 // state's revision, the table's record). It never changes which rows the
 // table holds: the rows of a group, in _seq order, become one file whose
 // _seq range is the union of theirs, so the ID check stays bounded by
-// positions. Files written before base files recorded their shard and
+// positions. The new files are in the table's current schema version,
+// read when Compact begins (each old file's rows are converted from its
+// own), and the commit makes it the table's. Files written before base files recorded their shard and
 // positions are left alone. A crash leaves the old snapshot (the new
 // files are orphans) or the new one (the old files stay for the snapshots
 // that still name them, until they expire); repeating it is harmless.
@@ -74,9 +77,13 @@ func (c *Coordinator) Compact(ctx context.Context) (CompactResult, error) {
 	if len(groups) == 0 {
 		return res, nil
 	}
+	ps, err := c.loadPassSchema(ctx)
+	if err != nil {
+		return res, err
+	}
 	var adds, removes []shardmeta.BaseFile
 	for _, g := range groups {
-		f, err := c.compactGroup(ctx, g)
+		f, err := c.compactGroup(ctx, ps, g)
 		if err != nil {
 			return res, err
 		}
@@ -85,7 +92,7 @@ func (c *Coordinator) Compact(ctx context.Context) (CompactResult, error) {
 	}
 	next := st.Clone()
 	next.Version++
-	if err := c.commitReplace(ctx, rev, next, adds, removes); err != nil {
+	if err := c.commitReplace(ctx, ps, rev, next, adds, removes); err != nil {
 		return res, err
 	}
 	res.Groups, res.FilesIn, res.Version = len(adds), len(removes), next.Version
@@ -148,15 +155,16 @@ func (c *Coordinator) appendGroup(out [][]shardmeta.BaseFile, g []shardmeta.Base
 	return append(out, g)
 }
 
-// compactGroup writes the rows of g, in _seq order, as one base file.
-func (c *Coordinator) compactGroup(ctx context.Context, g []shardmeta.BaseFile) (shardmeta.BaseFile, error) {
+// compactGroup writes the rows of g, in _seq order, as one base file in
+// the pass's schema ps (each file's rows converted from its own).
+func (c *Coordinator) compactGroup(ctx context.Context, ps passSchema, g []shardmeta.BaseFile) (shardmeta.BaseFile, error) {
 	shard := g[0].Shard
-	all := generation.Data{Rows: c.opts.Schema.NewBatch(0)}
+	all := generation.Data{Rows: ps.schema.NewBatch(0)}
 	var meta generation.Meta
 	var want int64
 	for _, bf := range g {
 		p := filepath.Join(c.baseDir, filepath.FromSlash(bf.Path))
-		m, d, err := generation.Read(c.opts.FS, p, c.opts.Schema)
+		m, d, err := ps.readInto(c, p, 0)
 		if err != nil {
 			return shardmeta.BaseFile{}, fmt.Errorf("publish: compact shard %q: %w", shard, err)
 		}
@@ -170,11 +178,11 @@ func (c *Coordinator) compactGroup(ctx context.Context, g []shardmeta.BaseFile) 
 	if int64(all.Rows.Len()) != want {
 		return shardmeta.BaseFile{}, fmt.Errorf("%w: compact shard %q: the files hold %d rows, the table says %d", ErrInvalidState, shard, all.Rows.Len(), want)
 	}
-	sorted := bySeq(c, all)
+	sorted := bySeq(ps.schema, all)
 	meta.Table, meta.Shard = c.opts.Table, shard
 	dir := filepath.Join(c.baseDir, "data", shard)
 	f, err := generation.Write(ctx, generation.Options{FS: c.opts.FS, Codec: c.opts.Codec, Logger: c.opts.Logger, IndexCRCInName: true},
-		dir, c.opts.Schema, meta, sorted)
+		dir, ps.schema, meta, sorted)
 	if err != nil {
 		return shardmeta.BaseFile{}, fmt.Errorf("publish: compact shard %q: %w", shard, err)
 	}
@@ -182,14 +190,14 @@ func (c *Coordinator) compactGroup(ctx context.Context, g []shardmeta.BaseFile) 
 		Shard: shard, SeqFirst: f.Meta.SeqFirst, SeqLast: f.Meta.SeqLast, IndexCRC: &f.IndexCRC}, nil
 }
 
-// bySeq returns d's rows ordered by _seq (stable).
-func bySeq(c *Coordinator, d generation.Data) generation.Data {
+// bySeq returns d's rows (of schema s) ordered by _seq (stable).
+func bySeq(s *schema.Schema, d generation.Data) generation.Data {
 	order := make([]int, d.Rows.Len())
 	for i := range order {
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(d.Seq[a], d.Seq[b]) })
-	out := generation.Data{Rows: c.opts.Schema.NewBatch(len(order)), Seq: make([]uint64, 0, len(order)), Epoch: make([]uint64, 0, len(order))}
+	out := generation.Data{Rows: s.NewBatch(len(order)), Seq: make([]uint64, 0, len(order)), Epoch: make([]uint64, 0, len(order))}
 	for _, i := range order {
 		out.Rows.AppendRow(d.Rows, i)
 		out.Seq, out.Epoch = append(out.Seq, d.Seq[i]), append(out.Epoch, d.Epoch[i])
@@ -198,8 +206,8 @@ func bySeq(c *Coordinator, d generation.Data) generation.Data {
 }
 
 // commitReplace commits next (a new version, same merge state) with a
-// replace snapshot of removes by adds.
-func (c *Coordinator) commitReplace(ctx context.Context, rev int64, next *shardmeta.BaseState, adds, removes []shardmeta.BaseFile) error {
+// replace snapshot of removes by adds, whose files are in schema ps.
+func (c *Coordinator) commitReplace(ctx context.Context, ps passSchema, rev int64, next *shardmeta.BaseState, adds, removes []shardmeta.BaseFile) error {
 	data, err := next.Encode()
 	if err != nil {
 		return err
@@ -208,7 +216,8 @@ func (c *Coordinator) commitReplace(ctx context.Context, rev int64, next *shardm
 	tc, err := c.table.cat.PrepareBaseCommit(ctx, c.table.ident, catalog.BaseCommit{
 		Files: c.icebergFiles(adds), Remove: c.icebergFiles(removes),
 		Summary:    iceberg.Properties{BaseVersionProperty: v, SummaryCompacted: fmt.Sprintf("%d->%d", len(removes), len(adds))},
-		Properties: iceberg.Properties{BaseVersionProperty: v}, Retention: c.opts.SnapshotRetention})
+		Properties: iceberg.Properties{BaseVersionProperty: v}, Retention: c.opts.SnapshotRetention,
+		Schema: ps.catalogVersion()})
 	if err != nil {
 		return fmt.Errorf("publish: compaction to base version %s: %w", v, err)
 	}

@@ -70,7 +70,13 @@ type Options struct {
 	DataDir string
 	// FS is the filesystem; default vfs.Default.
 	FS vfs.FS
-	// Schema is the table's schema; default schema.Rollout().
+	// Schema is the configured schema: New checks it against the table's
+	// current schema version (shardmeta.EnsureSchema; a table without a
+	// schema record gets it as version 1). Nil means the table's recorded
+	// schema, or schema.Rollout() for a table without one. Whatever it
+	// says, every pass publishes in the table's current version, read when
+	// the pass begins (see Plan), so a running coordinator follows schema
+	// changes without a restart.
 	Schema *schema.Schema
 	// LeaseTTL is the TTL of the lock's lease; default 10s.
 	LeaseTTL time.Duration
@@ -193,6 +199,7 @@ type Coordinator struct {
 // name are deleted: only the lock holder writes there, and anything
 // unnamed is the garbage of a failed stage.
 func New(ctx context.Context, opts Options) (*Coordinator, error) {
+	configured := opts.Schema != nil
 	opts.ensureDefaults()
 	if opts.Etcd == nil {
 		return nil, errors.New("publish: no etcd client")
@@ -213,8 +220,8 @@ func New(ctx context.Context, opts Options) (*Coordinator, error) {
 	if err := keys.Validate(); err != nil {
 		return nil, err
 	}
-	if _, err := shardmeta.EnsureSchema(ctx, opts.Etcd, keys, opts.Schema, opts.RequestTimeout); err != nil {
-		return nil, fmt.Errorf("publish: %w", err)
+	if err := ensureSchema(ctx, &opts, keys, configured); err != nil {
+		return nil, err
 	}
 	// Absolute: Iceberg metadata names files by absolute location.
 	baseDir, err := filepath.Abs(filepath.Join(opts.DataDir, opts.Table, "base"))
@@ -242,6 +249,29 @@ func New(ctx context.Context, opts Options) (*Coordinator, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// ensureSchema holds a configured schema to the table's current version
+// (recording it as version 1 for a table without one); without one, the
+// table's recorded schema is taken (the rollout schema recorded for a
+// table without).
+func ensureSchema(ctx context.Context, opts *Options, keys shardmeta.Keys, configured bool) error {
+	if !configured {
+		rctx, cancel := context.WithTimeout(ctx, opts.RequestTimeout)
+		rec, err := shardmeta.LoadSchema(rctx, opts.Etcd, keys)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("publish: read the schema of table %s: %w", keys.Table, err)
+		}
+		if rec != nil {
+			opts.Schema = rec.Schema()
+			return nil
+		}
+	}
+	if _, err := shardmeta.EnsureSchema(ctx, opts.Etcd, keys, opts.Schema, opts.RequestTimeout); err != nil {
+		return fmt.Errorf("publish: %w", err)
+	}
+	return nil
 }
 
 // prepareBase runs once the lock is held: the base's Iceberg table exists,

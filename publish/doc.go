@@ -21,7 +21,8 @@
 //
 // # One pass: Plan → Stage → Commit → readers' manifest
 //
-//	Plan    read base/state (revision R) and every shard manifest
+//	Plan    read the table's current schema record (version V: the pass
+//	        publishes in V), base/state (revision R) and every shard manifest
 //	        (writer epoch e, flushed F, current generation c); per shard:
 //	          malformed state, observed epoch without cutoff, o > e → fail
 //	            closed (ErrInvalidState naming the shard), nothing written
@@ -36,7 +37,9 @@
 //	          replay_end_generation] of an epoch, or g (flushed by epoch x)
 //	          starts at a WAL position <= the tail x inherited at its claim
 //	          (replayed rows keep their positions; new rows get higher ones)
-//	Stage   read each generation; drop ids seen earlier in the pass; for
+//	Stage   read each generation with the schema in its footer and convert
+//	        its rows to V by field id (a generation newer than V:
+//	        ErrSchemaMoved, replan); drop ids seen earlier in the pass; for
 //	        ID-check generations drop ids already in the base (see below);
 //	        write the rest as a new base file (generation.Write: temp,
 //	        fsync, rename, dir fsync; bloom filter on id) recording its
@@ -44,7 +47,8 @@
 //	        generation once MemoryBudget is used
 //	Commit  check every staged generation is still in its shard manifest
 //	        as planned (else ErrBaseMoved: replan); write the Iceberg
-//	        metadata (append snapshot of the new files, summary with the
+//	        metadata (V as the current schema when the table is behind it,
+//	        append snapshot of the new files, summary with the
 //	        generations and epochs, expiry; attempt-unique names);
 //	        one Txn If ModRev(lock)=L ∧ ModRev(state)=R' ∧ ModRev(table
 //	        record)=T Then put state with version+1 and the raised

@@ -85,7 +85,7 @@ func (c *Coordinator) openBaseTable() error {
 }
 
 // ensureTable creates the base's namespace and Iceberg table when they do
-// not exist yet. Both creates are put-if-absent, so a repeat after a crash
+// not exist yet, the table in the current version of the table's schema. Both creates are put-if-absent, so a repeat after a crash
 // (or a race with another coordinator's New) is harmless.
 func (c *Coordinator) ensureTable(ctx context.Context) error {
 	t := c.table
@@ -98,7 +98,11 @@ func (c *Coordinator) ensureTable(ctx context.Context) error {
 	} else if !errors.Is(err, icecat.ErrNoSuchTable) {
 		return fmt.Errorf("publish: load table %v: %w", t.ident, err)
 	}
-	_, err = t.cat.CreateBaseTable(ctx, t.ident, t.location, c.opts.Schema)
+	ps, err := c.loadPassSchema(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = t.cat.CreateBaseTableVersion(ctx, t.ident, t.location, *ps.catalogVersion())
 	if err != nil && !errors.Is(err, icecat.ErrTableAlreadyExists) {
 		return fmt.Errorf("publish: create table %v: %w", t.ident, err)
 	}
@@ -249,7 +253,8 @@ func (c *Coordinator) icebergFiles(files []shardmeta.BaseFile) []catalog.File {
 
 // prepareAppend writes the Iceberg metadata of a data commit: the files
 // of parts, a summary naming the base version and, per shard, the
-// generations and writer epochs published.
+// generations and writer epochs published; the plan's schema version
+// becomes the table's current schema when it is newer.
 func (c *Coordinator) prepareAppend(ctx context.Context, plan *Plan, parts []StagedPart, version uint64) (*catalog.PreparedCommit, error) {
 	var files []shardmeta.BaseFile
 	var prov []catalog.Provenance
@@ -267,7 +272,8 @@ func (c *Coordinator) prepareAppend(ctx context.Context, plan *Plan, parts []Sta
 	summary := catalog.Summary(prov)
 	summary[BaseVersionProperty] = v
 	p, err := c.table.cat.PrepareBaseCommit(ctx, c.table.ident, catalog.BaseCommit{Files: c.icebergFiles(files), Summary: summary,
-		Properties: iceberg.Properties{BaseVersionProperty: v}, Retention: c.opts.SnapshotRetention})
+		Properties: iceberg.Properties{BaseVersionProperty: v}, Retention: c.opts.SnapshotRetention,
+		Schema: plan.passSchema().catalogVersion()})
 	if err != nil {
 		return nil, fmt.Errorf("publish: Iceberg metadata of base version %d: %w", version, err)
 	}

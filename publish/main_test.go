@@ -324,7 +324,7 @@ func (e *env) baseIDs() (map[string]int, int64) {
 	ids := map[string]int{}
 	var rows int64
 	for _, f := range e.baseFiles() {
-		_, d, err := generation.Read(e.fs.FS, filepath.Join(e.baseDir(), filepath.FromSlash(f.Path)), schema.Rollout())
+		_, d, err := generation.ReadStored(e.fs.FS, filepath.Join(e.baseDir(), filepath.FromSlash(f.Path)))
 		if err != nil {
 			e.t.Fatalf("base file %s: %v", f.Path, err)
 		}

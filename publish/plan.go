@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/rollwal/rollwal/catalog"
+	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
 )
 
@@ -26,6 +27,18 @@ type Plan struct {
 	LockRevision  int64
 	// Shards holds one entry per shard with something to merge, by name.
 	Shards []ShardPlan
+	// SchemaVersion is the version of the table's schema the pass
+	// publishes in (the current one when the plan was made), and Schema
+	// that version's schema, with field ids: every staged row is converted
+	// to it, and the commit makes it the Iceberg table's current schema.
+	SchemaVersion int
+	Schema        *schema.Schema
+	nextFieldID   int
+}
+
+// passSchema is the schema the plan's pass publishes in.
+func (p *Plan) passSchema() passSchema {
+	return passSchema{version: p.SchemaVersion, schema: p.Schema, nextFieldID: p.nextFieldID}
 }
 
 // ShardPlan is one shard's part of a plan.
@@ -87,7 +100,15 @@ func (p *Plan) Empty() bool {
 // revision — and only then returns the plan. Any shard that cannot be
 // planned fails the whole plan (ErrInvalidState naming the shard); nothing
 // is written then.
+//
+// The plan's schema is the table's current schema record, read first: a
+// generation listed with a newer version (the record moved on since) has
+// the record read once more.
 func (c *Coordinator) Plan(ctx context.Context) (*Plan, error) {
+	ps, err := c.loadPassSchema(ctx)
+	if err != nil {
+		return nil, err
+	}
 	st, rev, err := c.store.LoadBaseState(ctx)
 	if err != nil {
 		return nil, stateErr(err)
@@ -128,9 +149,40 @@ func (c *Coordinator) Plan(ctx context.Context) (*Plan, error) {
 			return nil, err
 		}
 	}
+	if ps, err = c.planSchema(ctx, plan, ps); err != nil {
+		return nil, err
+	}
+	plan.SchemaVersion, plan.Schema, plan.nextFieldID = ps.version, ps.schema, ps.nextFieldID
 	plan.BaseVersion, plan.StateRevision = next.Version, rev
 	c.metrics.plans.Inc()
 	return plan, nil
+}
+
+// planSchema is ps, or the record read again when a planned generation is
+// in a newer version than ps (the record moved on while the manifests
+// were read). A generation newer than the record read again names a
+// version the table does not have: fail closed.
+func (c *Coordinator) planSchema(ctx context.Context, plan *Plan, ps passSchema) (passSchema, error) {
+	newest, shard, gen := 0, "", uint64(0)
+	for _, sp := range plan.Shards {
+		for _, g := range sp.Generations {
+			if v := generationVersion(g.Generation); v > newest {
+				newest, shard, gen = v, sp.Shard, g.Number
+			}
+		}
+	}
+	if newest <= ps.version {
+		return ps, nil
+	}
+	ps, err := c.loadPassSchema(ctx)
+	if err != nil {
+		return ps, err
+	}
+	if newest > ps.version {
+		return ps, fmt.Errorf("%w: shard %q generation %d is in schema version %d, the table's current version is %d",
+			ErrInvalidState, shard, gen, newest, ps.version)
+	}
+	return ps, nil
 }
 
 // planShard applies the cutoff rule to one shard and lists its plan.

@@ -52,7 +52,14 @@ type StagedPart struct {
 // groups); every generation is deduplicated within itself and against the
 // generations staged before it in this pass. Staging stops at a whole
 // generation once MemoryBudget is used (at least one generation is staged).
+// Each generation is read with the schema in its own footer and its rows
+// converted to the plan's (plan.Schema), in which the base files are
+// written; a generation in a newer schema version fails the pass with
+// ErrSchemaMoved.
 func (c *Coordinator) Stage(ctx context.Context, plan *Plan) (*Staged, error) {
+	if plan.Schema == nil || plan.SchemaVersion < 1 {
+		return nil, fmt.Errorf("publish: the plan has no schema (schema version %d); make plans with Plan", plan.SchemaVersion)
+	}
 	st, _, err := c.store.LoadBaseState(ctx)
 	if err != nil {
 		return nil, err
@@ -91,7 +98,7 @@ stage:
 				}
 				break stage
 			}
-			n, err := c.stageGeneration(ctx, sp.Shard, pg, idx, seen, &part, out)
+			n, err := c.stageGeneration(ctx, plan.passSchema(), sp.Shard, pg, idx, seen, &part, out)
 			if err != nil {
 				return nil, err
 			}
@@ -110,10 +117,11 @@ stage:
 	return out, nil
 }
 
-// stageGeneration stages one generation and returns the bytes it held.
-func (c *Coordinator) stageGeneration(ctx context.Context, shard string, pg PlannedGeneration, idx *baseIndex,
+// stageGeneration stages one generation, its rows converted to the pass's
+// schema ps, and returns the bytes it held.
+func (c *Coordinator) stageGeneration(ctx context.Context, ps passSchema, shard string, pg PlannedGeneration, idx *baseIndex,
 	seen map[string]struct{}, part *StagedPart, out *Staged) (int64, error) {
-	meta, d, err := generation.Read(c.opts.FS, pg.Path, c.opts.Schema)
+	meta, d, err := ps.readInto(c, pg.Path, generationVersion(pg.Generation))
 	if err != nil {
 		return 0, fmt.Errorf("publish: shard %q generation %d: %w", shard, pg.Number, err)
 	}
@@ -161,7 +169,7 @@ func (c *Coordinator) stageGeneration(ctx context.Context, shard string, pg Plan
 		}
 	}
 	c.metrics.generations.WithLabelValues(path).Inc()
-	kept := filter(c.opts.Schema, d, keep)
+	kept := filter(ps.schema, d, keep)
 	if part.First == 0 {
 		part.First = pg.Number
 	}
@@ -175,7 +183,7 @@ func (c *Coordinator) stageGeneration(ctx context.Context, shard string, pg Plan
 	if err := vfs.MkdirAllDurable(c.opts.FS, dir, 0o755); err != nil {
 		return 0, fmt.Errorf("publish: %w", err)
 	}
-	f, err := generation.Write(ctx, generation.Options{FS: c.opts.FS, Codec: c.opts.Codec, Logger: c.opts.Logger, IndexCRCInName: true}, dir, c.opts.Schema,
+	f, err := generation.Write(ctx, generation.Options{FS: c.opts.FS, Codec: c.opts.Codec, Logger: c.opts.Logger, IndexCRCInName: true}, dir, ps.schema,
 		generation.Meta{Table: c.opts.Table, Shard: shard, Generation: pg.Number, Epoch: meta.Epoch}, kept)
 	if err != nil {
 		return 0, fmt.Errorf("publish: shard %q generation %d: write base file: %w", shard, pg.Number, err)

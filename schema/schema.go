@@ -103,6 +103,18 @@ type Column struct {
 	Element *Column `json:"element,omitempty" yaml:"element,omitempty"`
 	// Fields are a struct's fields, in order.
 	Fields []Column `json:"fields,omitempty" yaml:"fields,omitempty"`
+	// ID is the Iceberg field id; 0 means not assigned. The stored schema
+	// record assigns ids (WithFieldIDs, Evolve), never configuration: an id
+	// names the column in every file written, whatever it is called later.
+	ID int `json:"id,omitempty" yaml:"-"`
+	// RenamedFrom, in configuration only, says that this column (or struct
+	// field) is the one called RenamedFrom in the stored schema. Evolve
+	// reads it; it is not stored.
+	RenamedFrom string `json:"-" yaml:"renamed_from,omitempty"`
+	// Aliases are the earlier names of this column or field, oldest
+	// first. Base files carry no Parquet field ids, so readers' name
+	// mappings list them to still resolve files written under an old name.
+	Aliases []string `json:"aliases,omitempty" yaml:"-"`
 }
 
 // Schema is a table's user columns, in order. The id column is implicit and
@@ -159,7 +171,7 @@ func (s *Schema) init() error {
 		}
 		s.index[c.Name] = i
 	}
-	return nil
+	return checkFieldIDs(s.Columns)
 }
 
 // Validate checks a schema that was filled in by a decoder (YAML, JSON).
@@ -181,7 +193,9 @@ func (s *Schema) Index(name string) int {
 
 // Fingerprint is a stable hash of the columns, their types and nullability
 // (nested parts included). Two schemas with the same fingerprint store rows
-// identically. Docs do not count.
+// identically. Docs do not count, nor do field ids, aliases and
+// renamed_from: a schema's fingerprint is the same before and after ids
+// are assigned.
 func (s *Schema) Fingerprint() string {
 	var b strings.Builder
 	for i := range s.Columns {

@@ -278,6 +278,11 @@ type columnSpec struct {
 	Doc      string   `json:"doc" yaml:"doc"`
 	Element  *Column  `json:"element" yaml:"element"`
 	Fields   []Column `json:"fields" yaml:"fields"`
+	// ID and Aliases come from the stored record (JSON) only, RenamedFrom
+	// from configuration (YAML) only: see Column.
+	ID          int      `json:"id" yaml:"-"`
+	Aliases     []string `json:"aliases" yaml:"-"`
+	RenamedFrom string   `json:"-" yaml:"renamed_from"`
 }
 
 func (c *Column) fromSpec(sp columnSpec) error {
@@ -297,7 +302,8 @@ func (c *Column) fromSpec(sp columnSpec) error {
 		}
 		t = Column{Type: typ, Element: sp.Element, Fields: sp.Fields}
 	}
-	*c = Column{Name: sp.Name, Type: t.Type, Nullable: sp.Nullable, Doc: sp.Doc, Element: t.Element, Fields: t.Fields}
+	*c = Column{Name: sp.Name, Type: t.Type, Nullable: sp.Nullable, Doc: sp.Doc, Element: t.Element, Fields: t.Fields,
+		ID: sp.ID, Aliases: sp.Aliases, RenamedFrom: sp.RenamedFrom}
 	return nil
 }
 
@@ -317,9 +323,9 @@ func (c *Column) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind == yaml.MappingNode {
 		for i := 0; i < len(n.Content); i += 2 {
 			switch k := n.Content[i].Value; k {
-			case "name", "type", "nullable", "doc", "element", "fields":
+			case "name", "type", "nullable", "doc", "element", "fields", "renamed_from":
 			default:
-				return fmt.Errorf("line %d: unknown key %q in a column (want name, type, nullable, doc, element or fields)", n.Content[i].Line, k)
+				return fmt.Errorf("line %d: unknown key %q in a column (want name, type, nullable, doc, element, fields or renamed_from)", n.Content[i].Line, k)
 			}
 		}
 	}
@@ -331,10 +337,10 @@ func (c *Column) UnmarshalYAML(n *yaml.Node) error {
 }
 
 // MarshalYAML writes the short form of the type when it says everything
-// (no doc on a nested part), the long form otherwise.
+// (no doc or renamed_from on a nested part), the long form otherwise.
 func (c Column) MarshalYAML() (any, error) {
-	out := columnOut{Name: c.Name, Type: c.TypeString(), Nullable: c.Nullable, Doc: c.Doc}
-	if c.nestedDocs() {
+	out := columnOut{Name: c.Name, Type: c.TypeString(), Nullable: c.Nullable, Doc: c.Doc, RenamedFrom: c.RenamedFrom}
+	if c.nestedExtras() {
 		out.Type, out.Element, out.Fields = c.Type.String(), c.Element, c.Fields
 	}
 	return out, nil
@@ -347,14 +353,18 @@ type columnOut struct {
 	Doc      string   `yaml:"doc,omitempty"`
 	Element  *Column  `yaml:"element,omitempty"`
 	Fields   []Column `yaml:"fields,omitempty"`
+	// RenamedFrom is last: it is read rarely and dropped once applied.
+	RenamedFrom string `yaml:"renamed_from,omitempty"`
 }
 
-func (c *Column) nestedDocs() bool {
-	if c.Element != nil && (c.Element.Doc != "" || c.Element.nestedDocs()) {
+// nestedExtras reports a nested part with what the short form cannot
+// say: a doc or a renamed_from.
+func (c *Column) nestedExtras() bool {
+	if c.Element != nil && (c.Element.Doc != "" || c.Element.nestedExtras()) {
 		return true
 	}
 	for i := range c.Fields {
-		if c.Fields[i].Doc != "" {
+		if c.Fields[i].Doc != "" || c.Fields[i].RenamedFrom != "" {
 			return true
 		}
 	}

@@ -380,7 +380,7 @@ func (s *Server) handleRows(w http.ResponseWriter, r *http.Request, t *table) {
 		return
 	}
 	defer adm.done()
-	d, ok := s.readRows(w, r, adm, decode, tableSchema(t, sh))
+	d, ok := s.readRows(w, r, adm, decode, sh.Schema())
 	if !ok {
 		return
 	}
@@ -424,16 +424,6 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request) (*admission, bool
 	_ = rc.SetReadDeadline(now.Add(s.opts.HTTP.BodyReadTimeout))
 	_ = rc.SetWriteDeadline(now.Add(s.opts.HTTP.WriteTimeout))
 	return adm, true
-}
-
-// tableSchema is the schema the rows of sh, a shard of t, are decoded
-// against: the shard's own, once the engine tells it (engine.Shard has no
-// accessor yet), else the table's.
-func tableSchema(t *table, sh *engine.Shard) *schema.Schema {
-	if st, ok := any(sh).(interface{ Schema() *schema.Schema }); ok {
-		return st.Schema()
-	}
-	return t.Schema
 }
 
 // readRows reads and decodes the body within its limits, or answers.

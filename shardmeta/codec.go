@@ -83,8 +83,8 @@ var (
 		"replay_cursor": scalar,
 		"flushed": {kind: kindArray, elem: &shape{kind: kindStruct, fields: map[string]*shape{
 			"number": scalar, "file": scalar, "rows": scalar, "bytes": scalar,
-			"seq_first": scalar, "seq_last": scalar, "epoch": scalar,
-		}}},
+			"seq_first": scalar, "seq_last": scalar, "epoch": scalar, "schema_version": scalar,
+		}, optional: map[string]bool{"schema_version": true}}},
 		"epochs": {kind: kindArray, elem: &shape{kind: kindStruct, fields: map[string]*shape{
 			"epoch": scalar, "start_generation": scalar, "start_position": scalar,
 			"replay_end_generation": scalar,

@@ -26,6 +26,9 @@ type Generation struct {
 	SeqLast  uint64 `json:"seq_last"`
 	// Epoch is the writer epoch that flushed and committed the generation.
 	Epoch uint64 `json:"epoch"`
+	// SchemaVersion is the version of the table's schema the file was
+	// written with; 0 for version 1 (and files written before versions).
+	SchemaVersion int `json:"schema_version,omitempty"`
 }
 
 // EpochRecord is the provenance of one claimed writer epoch.

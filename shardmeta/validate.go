@@ -87,6 +87,8 @@ func (m *Manifest) validateGeneration(i int, g *Generation) error {
 		return invalidf("flushed[%d] (generation %d): epoch is 0, want ≥ 1", i, g.Number)
 	case g.Epoch > m.WriterEpoch:
 		return invalidf("flushed[%d] (generation %d): epoch %d > writer_epoch %d", i, g.Number, g.Epoch, m.WriterEpoch)
+	case g.SchemaVersion < 0 || g.SchemaVersion > MaxSchemaVersions:
+		return invalidf("flushed[%d] (generation %d): schema version %d out of range", i, g.Number, g.SchemaVersion)
 	}
 	if err := checkFile(g.File); err != nil {
 		return invalidf("flushed[%d] (generation %d): file %q %v", i, g.Number, g.File, err)

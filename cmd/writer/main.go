@@ -14,6 +14,8 @@
 //	writer snapshot get SHARD/SOURCE  a stored snapshot offset
 //	writer snapshot create-schema     the Cassandra table of snapshot offsets
 //	writer config check               validate the configuration and print it
+//	writer schema apply --config F    move each table with columns: to them as a new schema version (--dry-run)
+//	writer schema show                a table's schema version: changes, columns, field ids (--version N)
 //	writer version                    module version, Go version, VCS revision
 //
 // Settings come from defaults, then the YAML file of --config (strict:
@@ -51,7 +53,7 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newGenerate(), newServe(), newMerge(), newInspect(), newWAL(), newSnapshot(),
-		newConfig(), newVersion())
+		newConfig(), newSchema(), newVersion())
 	return root
 }
 

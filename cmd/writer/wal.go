@@ -106,7 +106,7 @@ func (o *walOptions) scan(log *slog.Logger, each func(wal.Record, engine.RecordM
 	}
 	return wal.Scan(wal.ScanOptions{Dir: o.dir(), Payloads: true, Segment: scanProgress(log, o.dir()),
 		Record: func(r wal.Record) error {
-			meta, b, err := engine.DecodeRecord(sch, r.Header, r.Payload)
+			meta, b, err := engine.DecodeRecord(offlineSchemas(sch), r.Header, r.Payload)
 			if err != nil {
 				return &wal.CorruptionError{Segment: r.Segment, Offset: r.Offset,
 					Err: fmt.Errorf("payload is not a batch of the table's schema: %w", err)}
@@ -116,6 +116,17 @@ func (o *walOptions) scan(log *slog.Logger, each func(wal.Record, engine.RecordM
 			}
 			return each(r, meta, b)
 		}})
+}
+
+// offlineSchemas knows only sch, as version 1: an offline command reads no
+// schema record.
+func offlineSchemas(sch *schema.Schema) engine.SchemaLookup {
+	return func(v int) (*schema.Schema, error) {
+		if v > 1 {
+			return nil, fmt.Errorf("a record of schema version %d, which an offline command cannot read", v)
+		}
+		return sch, nil
+	}
 }
 
 // scanProgress reports a scan segment by segment: a log line each, and a
