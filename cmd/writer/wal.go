@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,24 +31,32 @@ type walOptions struct {
 	logLevel string
 	rows     bool // dump: print the decoded rows
 	yes      bool // repair: do it
+
+	ctx     context.Context
+	errOut  io.Writer   // where dump -o json puts its note
+	schemas *walSchemas // the schema versions records are decoded with
 }
 
-// newWAL groups the offline commands over one shard's WAL directory. They
-// read files only (no etcd); repair is the one that writes.
+// newWAL groups the commands over one shard's WAL directory. They read its
+// files (repair is the one that writes) and decode every record with its
+// schema version, read from the etcd of a serve running on the data dir
+// or --etcd-endpoints; they never start the embedded etcd. Without one,
+// records of a version after 1 are checked by their CRC only (see
+// walschemas.go).
 func newWAL() *cobra.Command {
 	o := &walOptions{}
 	cmd := &cobra.Command{
 		Use:   "wal",
-		Short: "Verify, dump or repair a shard's write-ahead log (files only; stop the shard's writer first)",
+		Short: "Verify, dump or repair a shard's write-ahead log (stop the shard's writer first; schema versions from a running serve's etcd or --etcd-endpoints)",
 	}
 	pf := cmd.PersistentFlags()
-	addDataFlags(pf, &o.storeOptions)
+	addStoreFlags(pf, &o.storeOptions)
 	pf.StringVar(&o.shard, "shard", "", "shard whose WAL to read (required)")
 	pf.StringVarP(&o.output, "output", "o", "table", "output: table or json")
 	pf.StringVar(&o.logLevel, "log-level", defaultConfig().LogLevel, "log level of the progress lines on stderr")
 	verify := o.command("verify", "Check every segment; exit non-zero at the first damage, naming its segment and offset", o.verify)
 	dump := o.command("dump", "Print every record (position, epoch, rows, bytes); -o json prints one object a line", o.dump)
-	dump.Flags().BoolVar(&o.rows, "rows", false, "print each record's rows, decoded with the table's schema")
+	dump.Flags().BoolVar(&o.rows, "rows", false, "print each record's rows, decoded with its schema version (offline: version 1 only)")
 	repair := o.command("repair", "Truncate a torn tail at the end of an epoch's last segment (shows what it cuts; needs --yes)", o.repair)
 	repair.Flags().BoolVar(&o.yes, "yes", false, "truncate; without it repair only shows what it would cut")
 	cmd.AddCommand(verify, dump, repair)
@@ -62,7 +71,14 @@ func (o *walOptions) command(use, short string, fn func(out io.Writer, log *slog
 			}
 			var level slog.Level
 			_ = level.UnmarshalText([]byte(o.logLevel)) // resolve validated it
-			return fn(cmd.OutOrStdout(), newLogger(level))
+			log := newLogger(level)
+			o.ctx, o.errOut = cmd.Context(), cmd.ErrOrStderr()
+			s, err := o.openWALSchemas(o.ctx, "wal "+use, log)
+			if err != nil {
+				return err
+			}
+			o.schemas = s
+			return errors.Join(fn(cmd.OutOrStdout(), log), s.Close())
 		}}
 }
 
@@ -76,10 +92,11 @@ func (o *walOptions) prepare(cmd *cobra.Command) error {
 	if err := shardmeta.ValidateShard(o.shard); err != nil {
 		return fmt.Errorf("--shard: %w", err)
 	}
-	cfg, err := resolveConfig(cmd.Flags(), o.configFile, Config{DataDir: o.dataDir, Table: o.table, LogLevel: o.logLevel})
+	cfg, err := resolveConfig(cmd.Flags(), o.configFile, Config{DataDir: o.dataDir, Table: o.table, LogLevel: o.logLevel, Etcd: o.etcd})
 	if err != nil {
 		return err
 	}
+	o.etcd = cfg.Etcd
 	t, err := cfg.chosenTable(cmd.Flags())
 	if err != nil {
 		return err
@@ -96,37 +113,66 @@ func (o *walOptions) dir() string {
 	return filepath.Join(o.dataDir, o.table, "shards", o.shard, "wal")
 }
 
-// scan reads the whole WAL, decoding every payload with the table's
-// schema: bytes that pass their CRC but do not decode would fail the
-// engine's replay, so they are corruption too.
-func (o *walOptions) scan(log *slog.Logger, each func(wal.Record, engine.RecordMeta, *schema.Batch) error) (wal.ScanReport, error) {
-	sch := o.schema
-	if sch == nil { // an offline command: it has no schema record to read
-		sch = schema.Rollout()
-	}
+// walRecord is a record of the scan: decoded, unless its schema version
+// is unknown offline (batch and schema nil).
+type walRecord struct {
+	wal.Record
+	meta   engine.RecordMeta
+	batch  *schema.Batch
+	schema *schema.Schema // of the record's version
+}
+
+// version is the record's schema version (kind 0 says none: 1).
+func (r walRecord) version() int { return max(r.meta.SchemaVersion, 1) }
+
+// scan reads the whole WAL, decoding every payload with its schema
+// version: bytes that pass their CRC but do not decode would fail the
+// engine's replay, so they are corruption too. A record whose version is
+// unknown offline passed its CRC and frame: it is counted, not damage.
+func (o *walOptions) scan(log *slog.Logger, each func(walRecord) error) (wal.ScanReport, error) {
+	lookup := o.schemas.lookup(o.ctx)
 	return wal.Scan(wal.ScanOptions{Dir: o.dir(), Payloads: true, Segment: scanProgress(log, o.dir()),
 		Record: func(r wal.Record) error {
-			meta, b, err := engine.DecodeRecord(offlineSchemas(sch), r.Header, r.Payload)
-			if err != nil {
+			rec := walRecord{Record: r}
+			var err error
+			rec.meta, rec.batch, err = engine.DecodeRecord(func(v int) (*schema.Schema, error) {
+				var err error
+				rec.schema, err = lookup(v)
+				return rec.schema, err
+			}, r.Header, r.Payload)
+			switch {
+			case o.schemas.failed != nil:
+				return o.schemas.failed
+			case errors.Is(err, errNotDecoded):
+				o.schemas.skipped[rec.version()]++
+				rec.schema = nil
+			case err != nil:
+				hint := ""
+				if rec.schema != nil { // the rows, not the meta, failed
+					hint = o.schemas.hint(rec.version())
+				}
 				return &wal.CorruptionError{Segment: r.Segment, Offset: r.Offset,
-					Err: fmt.Errorf("payload is not a batch of the table's schema: %w", err)}
+					Err: fmt.Errorf("payload is not a batch of the table's schema version %d: %w%s", rec.version(), err, hint)}
 			}
 			if each == nil {
 				return nil
 			}
-			return each(r, meta, b)
+			return each(rec)
 		}})
 }
 
-// offlineSchemas knows only sch, as version 1: an offline command reads no
-// schema record.
-func offlineSchemas(sch *schema.Schema) engine.SchemaLookup {
-	return func(v int) (*schema.Schema, error) {
-		if v > 1 {
-			return nil, fmt.Errorf("a record of schema version %d, which an offline command cannot read", v)
-		}
-		return sch, nil
+// printNote prints the note on records not decoded, if any: on out, or
+// beside JSON lines on errOut.
+func (o *walOptions) printNote(out io.Writer) error {
+	note := o.schemas.note()
+	if note == "" {
+		return nil
 	}
+	if o.output == "json" {
+		out = o.errOut
+	}
+	_, err := fmt.Fprintf(out, "note: %s\n", note)
+	return err
 }
 
 // scanProgress reports a scan segment by segment: a log line each, and a
@@ -167,6 +213,9 @@ type verifyReport struct {
 	Segments   []segmentReport `json:"segments"`
 	Tails      []tailReport    `json:"tails"`
 	Corruption *damageReport   `json:"corruption,omitempty"`
+	// Undecoded are the records checked by CRC only, by schema version:
+	// their version is unknown without etcd.
+	Undecoded []undecodedReport `json:"undecoded,omitempty"`
 }
 
 type segmentReport struct {
@@ -210,11 +259,12 @@ func (o *walOptions) verify(out io.Writer, log *slog.Logger) error {
 		vr.Corruption = &damageReport{ce.Segment, ce.Offset, ce.Error()}
 	}
 	vr.OK = ce == nil && len(rep.Tails) == 0
+	vr.Undecoded = o.schemas.undecoded()
 	var err error
 	if o.output == "json" {
 		err = json.NewEncoder(out).Encode(vr)
 	} else {
-		err = printVerify(out, vr)
+		err = errors.Join(printVerify(out, vr), o.printNote(out))
 	}
 	return errors.Join(err, o.verdict(rep, ce))
 }
@@ -293,12 +343,17 @@ type dumpRecord struct {
 	Compression string `json:"compression"`
 	// Producer, Seq and Count are the producer session a record carries;
 	// Source and SourceOffset its snapshot source.
-	Producer     string           `json:"producer,omitempty"`
-	Seq          *uint64          `json:"seq,omitempty"`
-	Count        *uint64          `json:"count,omitempty"`
-	Source       string           `json:"source,omitempty"`
-	SourceOffset *int64           `json:"source_offset,omitempty"`
-	Data         []map[string]any `json:"data,omitempty"`
+	Producer     string  `json:"producer,omitempty"`
+	Seq          *uint64 `json:"seq,omitempty"`
+	Count        *uint64 `json:"count,omitempty"`
+	Source       string  `json:"source,omitempty"`
+	SourceOffset *int64  `json:"source_offset,omitempty"`
+	// SchemaVersion is the version the rows are in; NotDecoded says the
+	// rows were not decoded (the version is unknown offline): Rows is
+	// then the positions the header covers.
+	SchemaVersion int              `json:"schema_version"`
+	NotDecoded    bool             `json:"not_decoded,omitempty"`
+	Data          []map[string]any `json:"data,omitempty"`
 }
 
 // withMeta adds what a record carries besides rows.
@@ -320,6 +375,12 @@ func (d dumpRecord) metaText() string {
 	if d.Source != "" {
 		parts = append(parts, fmt.Sprintf("source=%s offset=%d", d.Source, *d.SourceOffset))
 	}
+	if d.SchemaVersion > 1 {
+		parts = append(parts, fmt.Sprintf("schema=v%d", d.SchemaVersion))
+	}
+	if d.NotDecoded {
+		parts = append(parts, "(not decoded: CRC checked only)")
+	}
 	if len(parts) == 0 {
 		return "-"
 	}
@@ -328,27 +389,30 @@ func (d dumpRecord) metaText() string {
 
 func (o *walOptions) dump(out io.Writer, log *slog.Logger) error {
 	o.warnIfWriting(log)
-	sch := o.schema
-	if sch == nil { // an offline command: it has no schema record to read
-		sch = schema.Rollout()
-	}
 	var tw *tabwriter.Writer
 	if o.output == "table" && !o.rows {
 		tw = tabwriter.NewWriter(out, 2, 8, 2, ' ', 0)
 		fmt.Fprintln(tw, "SEGMENT\tOFFSET\tEPOCH\tGENERATION\tPOSITIONS\tROWS\tBYTES\tRAW_BYTES\tCODEC\tMETA")
 	}
-	rep, err := o.scan(log, func(r wal.Record, meta engine.RecordMeta, b *schema.Batch) error {
+	rep, err := o.scan(log, func(r walRecord) error {
 		d := dumpRecord{Segment: r.Segment, Offset: r.Offset, Epoch: r.Epoch, Generation: r.Generation,
-			FirstPos: r.FirstPos, LastPos: r.FirstPos + uint64(r.Count) - 1, Rows: uint32(b.Len()),
-			Bytes: r.Size, RawBytes: r.RawSize, Compression: r.Compression.String()}
-		d.withMeta(meta)
-		if o.rows {
-			d.Data = rowsOf(sch, b, r)
+			FirstPos: r.FirstPos, LastPos: r.FirstPos + uint64(r.Count) - 1, Rows: r.Count,
+			Bytes: r.Size, RawBytes: r.RawSize, Compression: r.Compression.String(),
+			SchemaVersion: r.version(), NotDecoded: r.batch == nil}
+		d.withMeta(r.meta)
+		if r.batch != nil {
+			d.Rows = uint32(r.batch.Len())
+		}
+		if o.rows && r.batch != nil {
+			d.Data = rowsOf(r.schema, r.batch, r.Record)
 		}
 		return o.printRecord(out, tw, d)
 	})
 	if tw != nil {
 		err = errors.Join(err, tw.Flush())
+	}
+	if err == nil {
+		err = o.printNote(out)
 	}
 	for _, t := range rep.Tails {
 		log.Warn("wal: damaged tail not dumped", "segment", t.Segment, "offset", t.Offset, "bytes", t.Bytes, "reason", t.Reason)
@@ -412,15 +476,15 @@ func (o *walOptions) repair(out io.Writer, log *slog.Logger) error {
 	}
 	if len(rep.Tails) == 0 {
 		_, err := fmt.Fprintf(out, "nothing to repair: %d segments, %d records, no damaged tail\n", len(rep.Segments), rep.Records)
-		return err
+		return errors.Join(err, o.printNote(out))
 	}
 	if err := o.showCuts(out, rep.Tails); err != nil {
 		return err
 	}
 	if !o.yes {
-		return errors.New("nothing changed: run again with --yes to truncate")
+		return errors.Join(o.printNote(out), errors.New("nothing changed: run again with --yes to truncate"))
 	}
-	return o.cut(out, log, rep.Tails)
+	return errors.Join(o.cut(out, log, rep.Tails), o.printNote(out))
 }
 
 // showCuts prints what repair would cut, or refuses a hole: whole records
