@@ -57,8 +57,9 @@ type Manifest struct {
 	// every generation below it has committed.
 	CurrentGeneration uint64 `json:"current_generation"`
 	// ReplayCursor is the highest WAL position covered by committed
-	// generations: the seq_last of the last flushed generation, kept when
-	// drained generations leave Flushed empty.
+	// generations: the seq_last of the last flushed generation, or beyond
+	// it the last position of a committed generation of meta alone (records
+	// without rows); kept when drained generations leave Flushed empty.
 	ReplayCursor uint64 `json:"replay_cursor"`
 	// Flushed lists committed generations not yet drained, ascending.
 	Flushed []Generation `json:"flushed"`

@@ -289,7 +289,7 @@ func TestCommitRefusesBadManifests(t *testing.T) {
 		t.Fatal(err)
 	}
 	invalid := flushNext(c, 5)
-	invalid.ReplayCursor++
+	invalid.ReplayCursor = invalid.Flushed[len(invalid.Flushed)-1].SeqLast - 1
 	backwards := c.Manifest.Clone()
 	backwards.SourceOffsets["src"] = 1 // a new source is fine...
 	if err := s.Commit(ctx, c, backwards); err != nil {
