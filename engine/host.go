@@ -98,6 +98,18 @@ func (h *Host) Open(ctx context.Context, name string) (*Shard, error) {
 	return s, nil
 }
 
+// CheckSchema holds the configured columns to the table's schema record
+// (recording them for a new table) and starts following the record: from
+// then on the host serves its current version, whatever changes. Open
+// does it at the first claim; a process calls it at start, so that a
+// standby configured with the columns of its day keeps to the table
+// through changes made while it waits.
+func (h *Host) CheckSchema(ctx context.Context) error {
+	h.openMu.Lock()
+	defer h.openMu.Unlock()
+	return h.checkSchema(ctx)
+}
+
 // checkSchema holds the configured columns to the table's schema record
 // before the first claim: a writer configured with other columns fails
 // closed, naming the difference. The caller holds openMu.

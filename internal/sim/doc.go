@@ -102,6 +102,11 @@
 //     applies, its answer is lost, and its next 1–4 KV requests fail as
 //     unavailable), then have it claim and flush, hand the shard off (a
 //     close: flush and release), or re-claim it;
+//   - schema-change: the table's next schema version (a nullable column
+//     added, the token list's elements widened, another column added: at
+//     most three a run) is applied while writers serve and coordinators
+//     merge; producers keep sending rows of the first version, processes
+//     started later are configured with the current one;
 //   - stall: a process stalls 20–220 ms at one of its next 40 filesystem
 //     calls, whatever it is doing then;
 //   - revoke: revoke a writer's lease; producers keep appending from their

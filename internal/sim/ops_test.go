@@ -40,12 +40,13 @@ const (
 	opEtcdLost
 	opRetryAcked
 	opStall
+	opSchemaChange
 	numOps
 )
 
 var opNames = [numOps]string{"append", "retry", "flush", "drain", "merge", "handoff", "epoch-bump",
 	"restart-host", "crash", "revoke", "partition", "zombie", "lag-cursor",
-	"race", "stream", "etcd-lost", "retry-acked", "stall"}
+	"race", "stream", "etcd-lost", "retry-acked", "stall", "schema-change"}
 
 func (k opKind) String() string { return opNames[k] }
 
@@ -54,7 +55,7 @@ func (k opKind) String() string { return opNames[k] }
 var opWeights = [numOps]int{
 	opAppend: 34, opRetry: 5, opFlush: 12, opDrain: 3, opMerge: 12, opHandoff: 4, opEpochBump: 3,
 	opRestartHost: 3, opCrash: 5, opRevoke: 2, opPartition: 1, opZombie: 6, opLagCursor: 2,
-	opRace: 4, opStream: 3, opEtcdLost: 3, opRetryAcked: 4, opStall: 2,
+	opRace: 4, opStream: 3, opEtcdLost: 3, opRetryAcked: 4, opStall: 2, opSchemaChange: 1,
 }
 
 // draw is everything one step takes from the seed's generator, drawn whole
@@ -154,6 +155,8 @@ func (w *world) runStep(d draw) {
 		h.fs.stall(n, pause)
 		w.st.stalls++
 		w.tracef("%s will stall %v at its filesystem call %d from now", h, pause, n)
+	case opSchemaChange:
+		w.changeSchema()
 	}
 }
 
@@ -315,7 +318,7 @@ func (w *world) committedIDs(shard string, ids []string) map[string]bool {
 	look := func(path string) {
 		// The storage itself, not through the injector: this is the
 		// checker looking, and it must see even after a crash point.
-		_, d, err := generation.Read(w.mem, path, simSchema)
+		_, d, err := generation.ReadStored(w.mem, path)
 		if err != nil {
 			return // drained meanwhile: then it is in the base, read next
 		}
@@ -759,7 +762,7 @@ func (w *world) coordinator(slot int) *coord {
 	pc, err := publish.New(ctx, publish.Options{
 		Etcd: w.cli, Prefix: prefix, Table: w.table, DataDir: dataDir, FS: w.fs,
 		LeaseTTL: 5 * time.Second, RequestTimeout: 10 * time.Second, MemoryBudget: w.cfg.coordBudget,
-		DisableReplayRanges: w.cfg.pureCutoff, Logger: w.log.With("coordinator", slot), Schema: simSchema,
+		DisableReplayRanges: w.cfg.pureCutoff, Logger: w.log.With("coordinator", slot), Schema: w.tableSchema(),
 	})
 	if err != nil {
 		w.tracef("coordinator %d: new: %v", slot, err)

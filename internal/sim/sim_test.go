@@ -143,11 +143,11 @@ func runSeed(t *testing.T, srv *etcdembed.Server, seed uint64, steps int) bool {
 		t.Logf("seed %d: %d steps, %d appends (%d acked, %d unknown of which %d written, %d refused, %d retries, %d retried ids already committed (%d by prompt retries), %d of them twice in the base), "+
 			"%d with a session (%d in the background, %d refused for their sequence, %d acknowledged ones sent again), %d flushes, %d crashes (%d torn: %d paths kept unsynced changes, %d of them WAL segments), "+
 			"%d merges (%d commits, %d dropped by the ID check), %d fences (%d revokes, %d partitions, %d epoch bumps), "+
-			"%d claims, %d races (%d racing claims), %d kills, %d stalls, %d lost etcd answers, %d streams, %d zombie calls, %d lagged cursors, %d claims failed on a lease expired under load; %s; %v",
+			"%d claims, %d races (%d racing claims), %d kills, %d stalls, %d lost etcd answers, %d streams, %d zombie calls, %d lagged cursors, %d claims failed on a lease expired under load, %d schema changes; %s; %v",
 			seed, st.steps, st.appends, st.acks, st.unknowns, st.durableUnknowns, st.refusals, st.retries, st.retriedCommitted, st.promptRetriedCommitted, w.m.retryDuplicates,
 			st.sessionAppends, st.bgAppends, st.seqRefusals, st.lateSessionRetries, st.flushes, st.crashes, st.tornCrashes, st.tornFiles, st.tornWAL,
 			st.merges, st.mergeCommits, st.droppedInBase, st.fences, st.revokes, st.partitions, st.bumps,
-			st.claims, st.races, st.raceClaims, st.kills, st.stalls, st.lostAnswers, st.streams, st.zombieCalls, st.lags, st.expiredLeases, w.cfg, time.Since(start).Round(time.Millisecond))
+			st.claims, st.races, st.raceClaims, st.kills, st.stalls, st.lostAnswers, st.streams, st.zombieCalls, st.lags, st.expiredLeases, st.schemaChanges, w.cfg, time.Since(start).Round(time.Millisecond))
 	})
 }
 
@@ -328,7 +328,7 @@ func (w *world) readBase(ctx context.Context) map[string][]copyOf {
 	out := map[string][]copyOf{}
 	var rows int64
 	for _, f := range rm.Files {
-		meta, d, err := generation.Read(w.fs, filepath.Join(baseDir, filepath.FromSlash(f.Path)), simSchema)
+		meta, d, err := generation.ReadStored(w.fs, filepath.Join(baseDir, filepath.FromSlash(f.Path)))
 		if err != nil {
 			w.violatef("base file %s: %v", f.Path, err)
 			return nil

@@ -158,6 +158,8 @@ type stats struct {
 	// lost after they applied, streams background producer runs,
 	// tornCrashes crashes whose clone kept part of the unsynced data.
 	races, raceClaims, kills, stalls, lostAnswers, streams, tornCrashes int
+	// schemaChanges are schema versions applied while writers served.
+	schemaChanges int
 	// expiredLeases are claims that failed because their own lease expired
 	// while they waited (see claimFailed).
 	expiredLeases int
@@ -236,22 +238,24 @@ type world struct {
 	inj *vfs.Injector
 	fs  vfs.FS
 
-	shards   []string
-	hosts    []*host
-	incs     int
-	owner    map[string]*owned
-	zombies  []*zombie
-	coords   []*coord
-	armed    bool
-	step     int
-	nextID   int
-	offsets  map[string]int64
-	clients  []*clientv3.Client
-	m        *model
-	st       stats
-	trace    []string
-	failures []string
-	log      *slog.Logger
+	shards []string
+	hosts  []*host
+	incs   int
+	// schemaChanges counts the simChanges applied.
+	schemaChanges int
+	owner         map[string]*owned
+	zombies       []*zombie
+	coords        []*coord
+	armed         bool
+	step          int
+	nextID        int
+	offsets       map[string]int64
+	clients       []*clientv3.Client
+	m             *model
+	st            stats
+	trace         []string
+	failures      []string
+	log           *slog.Logger
 
 	// views publish each shard's writer to producers on other goroutines.
 	views map[string]*shardView
@@ -345,10 +349,17 @@ func (w *world) newHost(slot int) *host {
 		LeaseTTL: hostLeaseTTL, RequestTimeout: 5 * time.Second,
 		WALSegmentSize: 64 << 10, FlushBytes: w.cfg.flushBytes, FlushAge: -1, MemoryBudget: 64 << 20,
 		NoFlushOnClose: h.noFlush, DisableSourceExclusion: h.exclOff, Snapshots: w.snaps,
-		Logger: w.log.With("host", h.name), Schema: simSchema,
+		Logger: w.log.With("host", h.name), Schema: w.tableSchema(),
 	})
 	if err != nil {
 		w.fatalf("new host: %v", err)
+	}
+	// As serve does at start: a process holds its columns to the table's
+	// then, and follows the record from there.
+	ctx, cancel := w.opCtx()
+	defer cancel()
+	if err := eh.CheckSchema(ctx); err != nil {
+		w.tracef("%s: schema check: %v", h, err)
 	}
 	h.h = eh
 	return h
