@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"path"
 	"strconv"
 	"strings"
 )
@@ -146,4 +147,12 @@ func ParseBaseName(name string) (gen, epoch uint64, attempt string, indexCRC uin
 	}
 	v, _ := strconv.ParseUint(hexCRC, 16, 32) // validAttempt: 8 lowercase hex
 	return gen, epoch, attempt, uint32(v), true, nil
+}
+
+// ObjectKey is the name of a shard's generation file in an object store
+// (objstore.Store): the path it has under a data directory, with slashes.
+// Wire format, like the file names: a merge on another machine finds a
+// generation by it.
+func ObjectKey(table, shard, file string) string {
+	return path.Join(table, "shards", shard, "gen", file)
 }
