@@ -79,7 +79,7 @@ func (s *Shard) commitDrain(ctx context.Context, d *pendingDrain) (int, error) {
 	}
 	s.drainPending = nil
 	s.setManifest(d.next)
-	s.removeDrained(d.gone)
+	s.removeDrained(ctx, d.gone)
 	return len(d.gone), nil
 }
 
@@ -93,9 +93,10 @@ func (s *Shard) retryPendingDrain(ctx context.Context) error {
 	return err
 }
 
-// removeDrained deletes the files of generations that left the manifest.
-// A failure leaves garbage that the next open removes.
-func (s *Shard) removeDrained(gone []shardmeta.Generation) {
+// removeDrained deletes the files (and objects) of generations that left
+// the manifest. A failure leaves garbage that the next open removes.
+func (s *Shard) removeDrained(ctx context.Context, gone []shardmeta.Generation) {
+	s.deleteObjects(ctx, gone)
 	for _, g := range gone {
 		if err := s.opts.FS.Remove(filepath.Join(s.genDir, g.File)); err != nil {
 			s.log.Warn("remove drained generation", "generation", g.Number, "file", g.File, "err", err)

@@ -98,7 +98,7 @@ func (s *Shard) commitGeneration(ctx context.Context, m *memtable.Memtable) erro
 	s.setManifest(next)
 	s.afterProducerCommit(prev, next)
 	s.persistSnapshots(ctx, prev, next)
-	s.removeDrained(s.pendingDrain)
+	s.removeDrained(ctx, s.pendingDrain)
 	s.pendingDrain = nil
 	if err := s.set.Release(m.Generation()); err != nil {
 		return err
@@ -143,6 +143,9 @@ func (s *Shard) prepareCommit(ctx context.Context, m *memtable.Memtable) (genera
 	if m.Len() > 0 {
 		var err error
 		if f, err = s.writeGeneration(ctx, m); err != nil {
+			return generation.File{}, nil, err
+		}
+		if err := s.upload(ctx, f); err != nil {
 			return generation.File{}, nil, err
 		}
 	}

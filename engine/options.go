@@ -14,6 +14,7 @@ import (
 
 	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/memtable"
+	"github.com/rollwal/rollwal/objstore"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
 	"github.com/rollwal/rollwal/snapshot"
@@ -86,6 +87,14 @@ type Options struct {
 	// resume points). A rejected persist (a newer writer moved the offset
 	// further) is logged, never fatal. The store stays the caller's.
 	Snapshots snapshot.Store
+
+	// Store, when set, is where generations live for everyone else: a
+	// flush uploads each generation file (generation.ObjectKey) before it
+	// commits it, a drain deletes the object with the file, and an open
+	// deletes the objects of attempts no commit names. Merges on any
+	// machine read them there (publish.Options.Store). The local file
+	// stays until drained. The store stays the caller's.
+	Store objstore.Store
 
 	// ProducerExpiry is how long a producer session's state outlives its
 	// last append; default DefaultProducerExpiry (7 days). A producer that

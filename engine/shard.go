@@ -205,6 +205,9 @@ func (s *Shard) recover(ctx context.Context) error {
 	if err := s.removeGarbage(); err != nil {
 		return err
 	}
+	if err := s.removeGarbageObjects(ctx); err != nil {
+		return err
+	}
 	m := s.manifest
 	if err := s.loadSessions(); err != nil {
 		return err

@@ -39,12 +39,12 @@
 //
 // file:///abs/dir keeps each object as a file under dir. Create writes a
 // temporary file beside the final one (its segment ends in TempSuffix),
-// syncs it, renames it into place and syncs the directory, so a crash
-// leaves either nothing or the whole object, and a leftover temporary file
-// is never listed. internal/vfs has no no-replace rename, so the check for
-// an existing name and the rename are serialised by a lock in this process:
-// a file:// store is exclusive to one process, as the data directory's LOCK
-// already makes it.
+// syncs it, links it into place with vfs.FS.Link, which never replaces an
+// existing name, removes the temporary name and syncs the directory, so a
+// crash leaves either nothing or the whole object, and a leftover
+// temporary file is never listed. Creates racing on one name, in one
+// process or several sharing the directory, have exactly one winner; the
+// others get ErrExists.
 //
 // s3://bucket/prefix keeps each object under prefix/name, written with
 // PutObject (If-None-Match: *), or above Options.PartSize with a multipart

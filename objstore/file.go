@@ -6,14 +6,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"io/fs"
 	"path"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/rollwal/rollwal/internal/vfs"
@@ -27,18 +25,6 @@ type fileStore struct {
 }
 
 const fileBackend = "file"
-
-// createLocks serialise, per final path, a create's existence check with
-// its rename, since vfs.FS has no rename that refuses to replace. They are
-// shared by every fileStore of the process, so two stores opened on one
-// directory exclude each other too.
-var createLocks [64]sync.Mutex
-
-func lockPath(p string) *sync.Mutex {
-	h := fnv.New32a()
-	h.Write([]byte(p))
-	return &createLocks[h.Sum32()%uint32(len(createLocks))]
-}
 
 func openFile(dir string, o Options) (Store, error) {
 	if !path.IsAbs(dir) || path.Clean(dir) != dir {
@@ -104,35 +90,43 @@ func (s *fileStore) create(ctx context.Context, name string, r io.ReaderAt, size
 	if err := vfs.MkdirAllDurable(s.fs, dir, 0o755); err != nil {
 		return 0, err
 	}
-	mu := lockPath(final)
-	mu.Lock()
-	err := s.absent(final)
-	mu.Unlock()
-	if err != nil {
+	if err := s.absent(final); err != nil {
 		return 0, err // taken already: write nothing
 	}
 	tmp, err := s.writeTemp(final, r, size)
 	if err != nil {
 		return 0, err
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	if err = ctx.Err(); err == nil { // the last chance to abandon the create
-		err = s.absent(final)
+		err = s.link(tmp, final)
 	}
-	if err == nil {
-		err = s.fs.Rename(tmp, final)
-	}
+	// The temporary name goes either way. A failure to remove it leaves a
+	// second name of the object, which List skips, and does not undo the
+	// create.
+	_ = s.fs.Remove(tmp)
 	if err != nil {
-		_ = s.fs.Remove(tmp)
 		return 0, err
 	}
 	// The object is visible; until its directory is synced a crash may
-	// undo the rename. The data is synced, so it is whole either way.
+	// undo the link. The data is synced, so it is whole either way.
 	if err := vfs.SyncDir(s.fs, dir); err != nil {
 		return 0, mark(ErrUnknownOutcome, err)
 	}
 	return size, nil
+}
+
+// link gives the synced temporary file tmp its final name. Link never
+// replaces, so of creates racing on one name, in this process or in others
+// sharing the directory, exactly one wins; the others get ErrExists.
+func (s *fileStore) link(tmp, final string) error {
+	err := s.fs.Link(tmp, final)
+	if !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	if err := s.absent(final); err != nil && !errors.Is(err, ErrExists) {
+		return err // a directory, say
+	}
+	return ErrExists // taken when we linked, even if deleted since
 }
 
 // absent returns nil if nothing is named final, ErrExists if an object
@@ -308,9 +302,6 @@ func (s *fileStore) delete(ctx context.Context, name string) error {
 		return err
 	}
 	final := s.path(name)
-	mu := lockPath(final)
-	mu.Lock()
-	defer mu.Unlock()
 	if err := s.fs.Remove(final); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}

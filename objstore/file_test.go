@@ -133,6 +133,25 @@ func TestFileFailedSyncLeavesNothing(t *testing.T) {
 	}
 }
 
+// TestFileFailedLinkLeavesNothing: a Create whose link into place fails
+// returns the error, naming the object, and leaves neither the object nor
+// its temporary file; the name can then be created.
+func TestFileFailedLinkLeavesNothing(t *testing.T) {
+	mem := vfs.NewStrictMem()
+	inj := &vfs.Injector{}
+	s := openFile(t, vfs.Inject(mem, inj), "/data")
+	inj.FailAt(inj.Count(vfs.OpLink)+1, vfs.OpLink, nil)
+	err := s.Create(context.Background(), "a/b", bytes.NewReader([]byte("hello")), 5)
+	if !errors.Is(err, vfs.ErrInjected) {
+		t.Fatalf("Create = %v, want the injected error", err)
+	}
+	storetest.NamesObject(t, err, "create", s, "a/b")
+	if left, _ := mem.List("/data/a"); len(left) != 0 {
+		t.Errorf("files left behind: %q", left)
+	}
+	storetest.Create(t, s, "a/b", []byte("hello"))
+}
+
 // TestFileListSkipsTemporaryFiles: a temporary file left by a crash is
 // not an object.
 func TestFileListSkipsTemporaryFiles(t *testing.T) {

@@ -29,6 +29,7 @@ func (f readOnlyFS) OpenReadWrite(name string) (vfs.File, error) {
 }
 func (f readOnlyFS) OpenDir(name string) (vfs.File, error) { return nil, f.deny("OpenDir", name) }
 func (f readOnlyFS) Rename(a, _ string) error              { return f.deny("Rename", a) }
+func (f readOnlyFS) Link(_, b string) error                { return f.deny("Link", b) }
 func (f readOnlyFS) Remove(name string) error              { return f.deny("Remove", name) }
 func (f readOnlyFS) RemoveAll(name string) error           { return f.deny("RemoveAll", name) }
 func (f readOnlyFS) MkdirAll(name string, _ os.FileMode) error {

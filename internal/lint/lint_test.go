@@ -26,6 +26,7 @@ import (
 var mutating = map[string]bool{
 	"Create": true, "OpenFile": true, "Rename": true, "Remove": true, "RemoveAll": true,
 	"WriteFile": true, "Mkdir": true, "MkdirAll": true, "Truncate": true,
+	"Link": true, "Symlink": true,
 }
 
 // excludedDirs are module-relative directories allowed to touch the disk

@@ -96,6 +96,13 @@ func (p *procFS) Rename(oldname, newname string) error {
 	return p.fs.Rename(oldname, newname)
 }
 
+func (p *procFS) Link(oldname, newname string) error {
+	if err := p.enter("link", newname); err != nil {
+		return err
+	}
+	return p.fs.Link(oldname, newname)
+}
+
 func (p *procFS) Remove(name string) error {
 	if err := p.enter("remove", name); err != nil {
 		return err

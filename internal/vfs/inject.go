@@ -41,10 +41,11 @@ const (
 	OpRemove                 // FS.Remove and FS.RemoveAll
 	OpMkdirAll               // FS.MkdirAll
 	OpTruncate               // File.Truncate
+	OpLink                   // FS.Link
 	numOpKinds
 )
 
-var opKindNames = [numOpKinds]string{"write", "sync", "rename", "create", "remove", "mkdirall", "truncate"}
+var opKindNames = [numOpKinds]string{"write", "sync", "rename", "create", "remove", "mkdirall", "truncate", "link"}
 
 func (k OpKind) String() string {
 	if k < numOpKinds {
@@ -242,6 +243,10 @@ func (fs *injFS) OpenDir(name string) (File, error) { return fs.openFile(name, f
 
 func (fs *injFS) Rename(oldname, newname string) error {
 	return fs.mutate(OpRename, oldname, func() error { return fs.fs.Rename(oldname, newname) })
+}
+
+func (fs *injFS) Link(oldname, newname string) error {
+	return fs.mutate(OpLink, newname, func() error { return fs.fs.Link(oldname, newname) })
 }
 
 func (fs *injFS) Remove(name string) error {

@@ -3,6 +3,7 @@ package vfs_test
 import (
 	"errors"
 	"io"
+	"os"
 	"slices"
 	"sync"
 	"syscall"
@@ -20,6 +21,7 @@ func TestOpKindString(t *testing.T) {
 		vfs.OpRemove:   "remove",
 		vfs.OpMkdirAll: "mkdirall",
 		vfs.OpTruncate: "truncate",
+		vfs.OpLink:     "link",
 		vfs.OpKind(99): "OpKind(99)",
 	} {
 		if got := kind.String(); got != want {
@@ -386,4 +388,38 @@ func TestInjectNil(t *testing.T) {
 	if vfs.Inject(mem, nil) != vfs.FS(mem) {
 		t.Fatal("Inject(fs, nil) must return fs")
 	}
+}
+
+// TestInjectorLink: Link is a mutating operation of its own kind, failed
+// and crashed like a rename, and a failed Link creates nothing.
+func TestInjectorLink(t *testing.T) {
+	mem := vfs.NewStrictMem()
+	h := fsHelper{t, mem}
+	h.mkdir("/d")
+	h.durableFile("/d/src", "abc")
+	inj := &vfs.Injector{}
+	fs := vfs.Inject(mem, inj)
+	boom := errors.New("boom")
+	inj.FailAt(1, vfs.OpLink, boom)
+	if err := fs.Link("/d/src", "/d/a"); !errors.Is(err, boom) {
+		t.Fatalf("armed Link = %v, want boom", err)
+	}
+	h.absent("/d/a")
+	if err := fs.Link("/d/src", "/d/a"); err != nil {
+		t.Fatalf("second Link = %v", err)
+	}
+	if got := h.read("/d/a"); got != "abc" {
+		t.Fatalf("/d/a = %q", got)
+	}
+	if err := fs.Link("/d/src", "/d/a"); !errors.Is(err, os.ErrExist) {
+		t.Fatalf("Link over an existing name through the injector = %v, want ErrExist", err)
+	}
+	if inj.Count(vfs.OpLink) != 3 || inj.Ops() != 3 {
+		t.Fatalf("Count(link) = %d, Ops = %d, want 3, 3", inj.Count(vfs.OpLink), inj.Ops())
+	}
+	inj.CrashAt(inj.Ops() + 1)
+	if err := fs.Link("/d/src", "/d/b"); !errors.Is(err, vfs.ErrCrashed) {
+		t.Fatalf("Link at the crash point = %v, want ErrCrashed", err)
+	}
+	h.absent("/d/b")
 }

@@ -25,10 +25,11 @@ import (
 //	          └─ durable (synced) ─►       └─ synced (bytes as of File.Sync)
 //
 // A directory entry names an inode; Rename moves the entry, not the data, so
-// whatever was synced follows the inode to its new name. File.Sync copies a
+// whatever was synced follows the inode to its new name, and Link adds a
+// second entry naming the same inode (a hard link). File.Sync copies a
 // file's live bytes to its synced state; OpenDir(dir).Sync() copies a
 // directory's live entries to its durable entries. CrashClone keeps only the
-// synced and durable halves, so a create, rename or remove that was not
+// synced and durable halves, so a create, rename, link or remove that was not
 // followed by a sync of its directory is undone, and bytes written after the
 // last File.Sync are lost.
 //
@@ -243,6 +244,43 @@ func (fs *MemFS) rename(oldname, newname string) error {
 	return nil
 }
 
+// Link adds newname as another entry of oldname's inode, under the rules
+// of link(2): never over an existing entry (EEXIST), never of a directory
+// (EPERM). The new entry is a directory entry change like a create: a crash
+// undoes it unless newname's directory is synced after it, and the inode's
+// synced bytes are what either name reads after the crash. Like os.Link it
+// returns *os.LinkError.
+func (fs *MemFS) Link(oldname, newname string) error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if err := fs.link(oldname, newname); err != nil {
+		return &os.LinkError{Op: "link", Old: oldname, New: newname, Err: err}
+	}
+	return nil
+}
+
+// link returns a bare errno, checked in link(2)'s order; Link adds the
+// names. Callers hold fs.mu.
+func (fs *MemFS) link(oldname, newname string) error {
+	n, err := fs.lookup(oldname)
+	if err != nil {
+		return err
+	}
+	ndir, nbase, err := fs.parent(newname)
+	if err != nil {
+		return err
+	}
+	if _, taken := ndir.children[nbase]; taken {
+		return syscall.EEXIST
+	}
+	if n.dir {
+		return syscall.EPERM
+	}
+	ndir.children[nbase] = n
+	fs.stamp(ndir, nbase)
+	return nil
+}
+
 // canReplace reports whether src may be renamed over dst (nil: no entry).
 func canReplace(src, dst *memNode) error {
 	switch {
@@ -423,7 +461,7 @@ type CrashCloneOptions struct {
 //     size lies between its synced and its live size. Otherwise it keeps
 //     its synced bytes, as CrashClone does. At 100 it keeps all of it;
 //   - the directory entry changes not yet made durable by a directory sync
-//     (creates, removes, renames, new directories) survive as a prefix of
+//     (creates, links, removes, renames, new directories) survive as a prefix of
 //     the order they were made in, as a journaling filesystem commits its
 //     metadata: each survives with probability UnsyncedDataPercent, and the
 //     first one lost takes every later one with it. A rename is one change,

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -125,6 +126,7 @@ func conformance(t *testing.T, fs vfs.FS, dir string) {
 	conformRename(h, dir, a, b)
 	conformRemove(h, dir, sub, b)
 	conformMissing(h, dir)
+	conformLink(h, dir)
 }
 
 func conformWriteRead(h fsHelper, a string) {
@@ -218,6 +220,7 @@ func conformMissing(h fsHelper, dir string) {
 		"List":          second(h.fs.List(missing)),
 		"Remove":        h.fs.Remove(missing),
 		"Rename":        h.fs.Rename(missing, filepath.Join(dir, "x")),
+		"Link":          h.fs.Link(missing, filepath.Join(dir, "x")),
 	} {
 		if !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s(missing) = %v, want ErrNotExist", name, err)
@@ -230,6 +233,49 @@ func conformMissing(h fsHelper, dir string) {
 	}
 	if fi, err := h.fs.Stat(dir); err != nil || !fi.IsDir() {
 		t.Fatalf("Stat(dir) = %v, %v", fi, err)
+	}
+}
+
+// conformLink: Link makes a second name of one file and never replaces
+// an entry, a file's or a directory's; it leaves dir as it found it.
+func conformLink(h fsHelper, dir string) {
+	t := h.t
+	one, two, three := filepath.Join(dir, "one"), filepath.Join(dir, "two"), filepath.Join(dir, "three")
+	sub := filepath.Join(dir, "linkdir")
+	h.durableFile(one, "one")
+	h.durableFile(two, "two")
+	h.mkdir(sub)
+	h.ok(h.fs.Link(one, three))
+	h.write(h.openRW(three), "ONE")
+	if got := h.read(one); got != "ONE" {
+		t.Fatalf("%s after a write through its link = %q, want %q: not one file", one, got, "ONE")
+	}
+	for _, target := range []string{two, three, sub} {
+		err := h.fs.Link(one, target)
+		var le *os.LinkError
+		if !errors.Is(err, fs.ErrExist) || !errors.As(err, &le) {
+			t.Fatalf("Link over existing %s = %v (%T), want an *os.LinkError that is fs.ErrExist", target, err, err)
+		}
+	}
+	if got := h.read(two); got != "two" {
+		t.Fatalf("%s after a refused Link = %q, want it unchanged", two, got)
+	}
+	if fi, err := h.fs.Stat(sub); err != nil || !fi.IsDir() {
+		t.Fatalf("Stat(%s) after a refused Link = %v, %v, want the directory unchanged", sub, fi, err)
+	}
+	if err := h.fs.Link(sub, filepath.Join(dir, "dirlink")); err == nil {
+		t.Fatal("Link of a directory succeeded")
+	}
+	h.absent(filepath.Join(dir, "dirlink"))
+	h.ok(h.fs.Remove(one))
+	if got := h.read(three); got != "ONE" {
+		t.Fatalf("%s after its other name was removed = %q, want %q", three, got, "ONE")
+	}
+	for _, name := range []string{two, three, sub} {
+		h.ok(h.fs.Remove(name))
+	}
+	if names, err := h.fs.List(dir); err != nil || len(names) != 0 {
+		t.Fatalf("List after the link checks = %v, %v", names, err)
 	}
 }
 
@@ -380,6 +426,62 @@ var crashCases = []crashCase{
 			h.ok(h.fs.Rename("/d/tmp", "/d/final"))
 		},
 		want: map[string]string{"/d/final": "old", "/d/tmp": "new"},
+	},
+	{
+		name: "a link without a directory sync vanishes",
+		run: func(h fsHelper) {
+			h.durableFile("/d/tmp", "abc")
+			h.ok(h.fs.Link("/d/tmp", "/d/final"))
+		},
+		want: map[string]string{"/d/tmp": "abc"},
+		gone: []string{"/d/final"},
+	},
+	{
+		name: "a link survives after the directory sync",
+		run: func(h fsHelper) {
+			h.durableFile("/d/tmp", "abc")
+			h.ok(h.fs.Link("/d/tmp", "/d/final"))
+			h.syncDir("/d")
+		},
+		want: map[string]string{"/d/tmp": "abc", "/d/final": "abc"},
+	},
+	{
+		name: "a link and the removal of its source, synced, are a rename",
+		run: func(h fsHelper) {
+			f := h.create("/d/tmp")
+			h.write(f, "abc")
+			h.ok(f.Sync())
+			h.ok(h.fs.Link("/d/tmp", "/d/final"))
+			h.ok(h.fs.Remove("/d/tmp"))
+			h.syncDir("/d")
+		},
+		want: map[string]string{"/d/final": "abc"},
+		gone: []string{"/d/tmp"},
+	},
+	{
+		name: "a link into another directory needs that directory synced",
+		run: func(h fsHelper) {
+			h.mkdir("/e")
+			h.syncDir("/")
+			h.durableFile("/d/tmp", "abc")
+			h.ok(h.fs.Link("/d/tmp", "/e/final"))
+			h.syncDir("/d")
+			h.ok(h.fs.Link("/d/tmp", "/e/other"))
+			h.syncDir("/e")
+		},
+		want: map[string]string{"/d/tmp": "abc", "/e/final": "abc", "/e/other": "abc"},
+	},
+	{
+		name: "data written after the link is cut at the synced length under both names",
+		run: func(h fsHelper) {
+			h.durableFile("/d/tmp", "abc")
+			h.ok(h.fs.Link("/d/tmp", "/d/final"))
+			h.syncDir("/d")
+			f := h.openRW("/d/final")
+			_, _ = io.ReadAll(f)
+			h.write(f, "def")
+		},
+		want: map[string]string{"/d/tmp": "abc", "/d/final": "abc"},
 	},
 	{
 		name: "a remove without a directory sync is undone",
@@ -843,6 +945,52 @@ func TestCrashCloneWithKeepsEntryChangesInOrder(t *testing.T) {
 		prefixes[n] = true
 	}
 	for n := range 6 {
+		if !prefixes[n] {
+			t.Errorf("no seed kept exactly the first %d changes", n)
+		}
+	}
+}
+
+// TestCrashCloneWithKeepsLinkInOrder: a link and the removal of its
+// source, after the source was made durable, survive a crash as a prefix of
+// the two changes (never the removal without the link), and when both names
+// survive they are one inode holding the synced bytes. Every prefix shows
+// up over the seeds.
+func TestCrashCloneWithKeepsLinkInOrder(t *testing.T) {
+	mem := vfs.NewStrictMem()
+	h := fsHelper{t, mem}
+	h.mkdir("/d")
+	h.syncDir("/")
+	h.durableFile("/d/tmp", "abc")
+	h.ok(mem.Link("/d/tmp", "/d/final"))
+	h.ok(mem.Remove("/d/tmp"))
+	prefixes := map[int]bool{}
+	for seed := range uint64(200) {
+		clone := mem.CrashCloneWith(vfs.CrashCloneOptions{UnsyncedDataPercent: 60, RNG: rand.New(rand.NewPCG(seed, 9))})
+		got := tree(t, clone)
+		_, tmp := got["/d/tmp"]
+		final, linked := got["/d/final"]
+		applied := []bool{linked, !tmp}
+		n := slices.Index(applied, false)
+		if n < 0 {
+			n = len(applied)
+		}
+		if slices.Contains(applied[n:], true) {
+			t.Fatalf("seed %d: tree %v is not a prefix of link, remove", seed, got)
+		}
+		prefixes[n] = true
+		if linked && final != "abc" {
+			t.Fatalf("seed %d: /d/final = %q, want the synced %q", seed, final, "abc")
+		}
+		if tmp && linked {
+			c := fsHelper{t, clone}
+			c.write(c.openRW("/d/final"), "X")
+			if got := c.read("/d/tmp"); got != "Xbc" {
+				t.Fatalf("seed %d: the two names are two files after the crash: /d/tmp = %q", seed, got)
+			}
+		}
+	}
+	for n := range 3 {
 		if !prefixes[n] {
 			t.Errorf("no seed kept exactly the first %d changes", n)
 		}

@@ -2,7 +2,9 @@ package vfs
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 
 	"golang.org/x/sys/unix"
@@ -46,6 +48,51 @@ func (osFS) OpenReadWrite(name string) (File, error) { return wrap(os.OpenFile(n
 func (osFS) OpenDir(name string) (File, error) { return wrap(os.Open(name)) }
 
 func (osFS) Rename(oldname, newname string) error { return os.Rename(oldname, newname) }
+
+// Link is link(2), which never replaces newname: EEXIST if it exists.
+func (osFS) Link(oldname, newname string) error {
+	return linkError(os.Link(oldname, newname))
+}
+
+// linkError marks the answers of a filesystem without hard links as
+// ErrLinkUnsupported, naming the filesystem: ENOTSUP/EOPNOTSUPP and ENOSYS
+// always, and EPERM unless the source is a directory (which link(2)
+// refuses everywhere). Other errors, EEXIST above all, pass unchanged.
+func linkError(err error) error {
+	var le *os.LinkError
+	if !errors.As(err, &le) {
+		return err
+	}
+	switch {
+	case errors.Is(le.Err, unix.EOPNOTSUPP), errors.Is(le.Err, unix.ENOSYS):
+	case errors.Is(le.Err, unix.EPERM):
+		if fi, serr := os.Lstat(le.Old); serr == nil && fi.IsDir() {
+			return err
+		}
+	default:
+		return err
+	}
+	dir := filepath.Dir(le.New)
+	return &os.LinkError{Op: le.Op, Old: le.Old, New: le.New,
+		Err: fmt.Errorf("%w: %s is on %s (%w)", ErrLinkUnsupported, dir, fsType(dir), le.Err)}
+}
+
+// fsType names the filesystem holding dir, for error messages.
+func fsType(dir string) string {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return "a filesystem statfs cannot describe (" + err.Error() + ")"
+	}
+	names := map[int64]string{
+		unix.MSDOS_SUPER_MAGIC: "vfat/msdos", unix.EXFAT_SUPER_MAGIC: "exfat", unix.FUSE_SUPER_MAGIC: "fuse",
+		unix.SMB_SUPER_MAGIC: "smb", unix.SMB2_SUPER_MAGIC: "smb2", unix.CIFS_SUPER_MAGIC: "cifs",
+		unix.NFS_SUPER_MAGIC: "nfs", unix.V9FS_MAGIC: "9p",
+	}
+	if name, ok := names[int64(st.Type)]; ok {
+		return fmt.Sprintf("%s (statfs type %#x)", name, st.Type)
+	}
+	return fmt.Sprintf("a filesystem of statfs type %#x", st.Type)
+}
 
 func (osFS) Remove(name string) error { return os.Remove(name) }
 

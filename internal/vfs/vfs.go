@@ -4,19 +4,30 @@
 // code runs on the operating system's filesystem (Default), on a strict
 // in-memory filesystem that forgets whatever was not synced when a crash is
 // simulated (NewStrictMem), and behind an error-injecting wrapper that fails
-// the n-th write, sync or rename (see inject.go).
+// the n-th write, sync, rename or link (see inject.go).
 //
 // The interface is deliberately narrow: what a log-structured writer needs
 // and nothing more. Durability follows POSIX as ext4/xfs behave with
 // data=ordered: File.Sync makes a file's data durable; a directory entry
-// (a create, rename or remove) becomes durable only when the directory that
-// holds it is synced through OpenDir(dir).Sync().
+// (a create, rename, link or remove) becomes durable only when the directory
+// that holds it is synced through OpenDir(dir).Sync().
+//
+// Rename replaces its target; Link never does, so Link is the create-if-absent
+// that is exclusive across processes sharing a directory: write and sync a
+// temporary file, Link it to the final name (fs.ErrExist: somebody else won),
+// Remove the temporary name, sync the directory.
 package vfs
 
 import (
+	"errors"
 	"io"
 	"os"
 )
+
+// ErrLinkUnsupported is the error Link wraps when the filesystem holding the
+// names has no hard links (vfat, exfat, some FUSE and network mounts), so no
+// create-if-absent built on Link can work there.
+var ErrLinkUnsupported = errors.New("vfs: the filesystem does not support hard links")
 
 // File is an open file. Reads and writes through one File are not safe for
 // concurrent use unless noted; ReadAt is safe for concurrent readers.
@@ -50,6 +61,14 @@ type FS interface {
 	OpenDir(name string) (File, error)
 	// Rename atomically replaces newname with oldname.
 	Rename(oldname, newname string) error
+	// Link makes newname another name of oldname's file (a hard link),
+	// atomically and without ever replacing: if newname exists, in this
+	// process or any other, Link fails with an error that satisfies
+	// errors.Is(err, fs.ErrExist) and changes nothing. oldname must be a
+	// file. Like a create, the new entry is durable once its directory is
+	// synced. On a filesystem without hard links Link fails with
+	// ErrLinkUnsupported.
+	Link(oldname, newname string) error
 	// Remove removes a file or an empty directory.
 	Remove(name string) error
 	// RemoveAll removes a directory tree; a missing path is not an error.
