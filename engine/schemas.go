@@ -175,7 +175,11 @@ func (t *schemas) convert(b *schema.Batch) (*schema.Batch, *schemaVersion, error
 	if b.Schema == cur.schema {
 		return b, cur, nil
 	}
-	if _, ok := t.versionOf(b.Schema); !ok {
+	v, ok := t.versionOf(b.Schema)
+	if ok && v == cur.version {
+		return b, cur, nil // the current columns, in a schema of the producer's own
+	}
+	if !ok {
 		return nil, nil, fmt.Errorf("%w: the batch was built for columns that are no version of table %s's schema (build it from Host.Schema)",
 			ErrInvalidAppend, t.keys.Table)
 	}
