@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path"
 	"path/filepath"
 	"sync"
 
@@ -74,11 +75,7 @@ func Read(fs vfs.FS, path string, s *schema.Schema) (Meta, Data, error) {
 		return Meta{}, Data{}, err
 	}
 	defer g.close()
-	d, err := g.readData()
-	if err != nil {
-		return Meta{}, Data{}, err
-	}
-	return g.meta, d, nil
+	return g.readAll()
 }
 
 // ReadStored reads a whole generation file with the schema stored in its
@@ -93,23 +90,38 @@ func ReadStored(fs vfs.FS, path string) (Meta, Data, error) {
 		return Meta{}, Data{}, err
 	}
 	defer g.close()
-	cols, _ := schema.WithFieldIDs(g.schema.Columns)
-	s, err := schema.New(cols)
+	return g.readStored()
+}
+
+// ReadMetaFrom is ReadMeta of a generation held by r (size bytes), such as
+// an object of an objstore.Store. name stands for the file in errors, and
+// its last element (after / or the OS separator) is checked against the
+// footer as a file's name is (a generation file name must agree with the
+// footer's generation and epoch). Errors reading r are reported as read
+// errors, not as ErrCorrupt, exactly as a failing disk is.
+func ReadMetaFrom(r io.ReaderAt, size int64, name string) (Meta, error) {
+	g, err := openReader(r, size, name, nil)
 	if err != nil {
-		return Meta{}, Data{}, corrupt(path, "the stored schema with field ids", err)
+		return Meta{}, err
 	}
-	g.schema = s
-	d, err := g.readData()
+	return g.meta, nil
+}
+
+// ReadStoredFrom is ReadStored of a generation held by r (size bytes); see
+// ReadMetaFrom for name. Every check ReadStored makes of a file it makes of
+// r: the two share one code path.
+func ReadStoredFrom(r io.ReaderAt, size int64, name string) (Meta, Data, error) {
+	g, err := openReader(r, size, name, nil)
 	if err != nil {
 		return Meta{}, Data{}, err
 	}
-	return g.meta, d, nil
+	return g.readStored()
 }
 
-// openFile is a generation file whose footer has been validated.
+// openFile is a generation whose footer has been validated.
 type openFile struct {
-	path   string
-	f      vfs.File
+	path   string    // the file's path, or the name a ReaderAt stands for
+	closer io.Closer // the file open opened; nil for openReader's
 	r      *ioErrorReader
 	pf     *parquet.File
 	meta   Meta
@@ -117,33 +129,68 @@ type openFile struct {
 	lay    *layout
 }
 
-func (g *openFile) close() { _ = g.f.Close() }
+func (g *openFile) close() {
+	if g.closer != nil {
+		_ = g.closer.Close()
+	}
+}
+
+// readAll decodes the rows with g.schema.
+func (g *openFile) readAll() (Meta, Data, error) {
+	d, err := g.readData()
+	if err != nil {
+		return Meta{}, Data{}, err
+	}
+	return g.meta, d, nil
+}
+
+// readStored decodes the rows with the footer's schema, field ids added
+// where a footer predates them.
+func (g *openFile) readStored() (Meta, Data, error) {
+	cols, _ := schema.WithFieldIDs(g.schema.Columns)
+	s, err := schema.New(cols)
+	if err != nil {
+		return Meta{}, Data{}, corrupt(g.path, "the stored schema with field ids", err)
+	}
+	g.schema = s
+	return g.readAll()
+}
 
 // open opens path, validates its footer and, when want is not nil, checks
 // that the file's schema is want.
-func open(fs vfs.FS, path string, want *schema.Schema) (g *openFile, err error) {
+func open(fs vfs.FS, path string, want *schema.Schema) (*openFile, error) {
 	f, err := fs.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("generation: open %s: %w", path, err)
 	}
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-		}
-	}()
 	st, err := f.Stat()
 	if err != nil {
+		_ = f.Close()
 		return nil, fmt.Errorf("generation: stat %s: %w", path, err)
 	}
-	r := &ioErrorReader{r: f}
-	if err := checkFrame(r, st.Size()); err != nil {
+	g, err := openReader(f, st.Size(), path, want)
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	g.closer = f
+	return g, nil
+}
+
+// openReader validates the footer of the generation held by r (size
+// bytes, named path in errors and in the name check) and, when want is not
+// nil, checks that its schema is want. open and the ReaderAt functions
+// share it: every corruption check is made here, once.
+func openReader(ra io.ReaderAt, size int64, path string, want *schema.Schema) (*openFile, error) {
+	r := &ioErrorReader{r: ra}
+	if err := checkFrame(r, size); err != nil {
 		return nil, r.classify(path, err.Error(), nil)
 	}
-	pf, err := openParquet(r, st.Size())
+	pf, err := openParquet(r, size)
 	if err != nil {
 		return nil, r.classify(path, "not a readable Parquet file", err)
 	}
-	g = &openFile{path: path, f: f, r: r, pf: pf}
+	g := &openFile{path: path, r: r, pf: pf}
 	if err := safely(func() error { return g.validate(want) }); err != nil {
 		return nil, r.classify(path, err.Error(), nil)
 	}
@@ -229,6 +276,12 @@ func safely(fn func() error) (err error) {
 	return fn()
 }
 
+// baseName is the last element of a path or an object name: an object
+// name's separator is always /, a path's is the OS's.
+func baseName(name string) string {
+	return path.Base(filepath.ToSlash(name))
+}
+
 func (g *openFile) validate(want *schema.Schema) error {
 	lookup := g.pf.Lookup
 	m, err := parseMeta(lookup)
@@ -248,7 +301,7 @@ func (g *openFile) validate(want *schema.Schema) error {
 	if want != nil && want.Fingerprint() != stored.Fingerprint() {
 		return fmt.Errorf("written with schema %s, read with schema %s", stored.Fingerprint(), want.Fingerprint())
 	}
-	if gen, epoch, _, err := ParseName(filepath.Base(g.path)); err == nil && (gen != m.Generation || epoch != m.Epoch) {
+	if gen, epoch, _, err := ParseName(baseName(g.path)); err == nil && (gen != m.Generation || epoch != m.Epoch) {
 		return fmt.Errorf("named for generation %d epoch %d, footer says generation %d epoch %d", gen, epoch, m.Generation, m.Epoch)
 	}
 	lay, err := newLayout(stored)

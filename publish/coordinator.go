@@ -15,6 +15,7 @@ import (
 
 	"github.com/rollwal/rollwal/catalog"
 	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/objstore"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
 )
@@ -70,6 +71,16 @@ type Options struct {
 	DataDir string
 	// FS is the filesystem; default vfs.Default.
 	FS vfs.FS
+	// Store, when set, holds the shards' generations (the engine uploads
+	// each one there before committing it, engine.Options.Store): Stage
+	// reads every planned generation from it, as the object
+	// generation.ObjectKey(Table, shard, file), and never from the shards'
+	// local gen directories, which may be on another machine. A generation
+	// missing from the store fails the pass naming the object (nothing is
+	// committed; the next pass tries again). Nil reads the local files
+	// under DataDir. The base (data files, Iceberg metadata, readers'
+	// manifests) stays under DataDir either way in this version.
+	Store objstore.Store
 	// Schema is the configured schema: New checks it against the table's
 	// current schema version (shardmeta.EnsureSchema; a table without a
 	// schema record gets it as version 1). Nil means the table's recorded

@@ -57,7 +57,9 @@ type ShardPlan struct {
 // PlannedGeneration is one generation to merge.
 type PlannedGeneration struct {
 	shardmeta.Generation
-	// Path is the generation file's path.
+	// Path is the generation file's path under DataDir. With
+	// Options.Store, Stage reads the object
+	// generation.ObjectKey(table, shard, File) instead.
 	Path string
 	// IDCheck: the generation may hold rows already in the base; its rows
 	// are checked against the base's ids. Reason says why.

@@ -70,20 +70,28 @@ func generationVersion(g shardmeta.Generation) int { return max(g.SchemaVersion,
 // file's record says it was written in (0 when it records none, as for
 // base files). A file of a newer version than the pass's is ErrSchemaMoved.
 func (p passSchema) readInto(c *Coordinator, path string, version int) (generation.Meta, generation.Data, error) {
+	return p.convertRead(path, version, func() (generation.Meta, generation.Data, error) {
+		return generation.ReadStored(c.opts.FS, path)
+	})
+}
+
+// convertRead is readInto of a file that read reads, wherever it is held;
+// name stands for it in errors.
+func (p passSchema) convertRead(name string, version int, read func() (generation.Meta, generation.Data, error)) (generation.Meta, generation.Data, error) {
 	if version > p.version {
-		return generation.Meta{}, generation.Data{}, fmt.Errorf("%w: %s is in schema version %d, the pass in version %d", ErrSchemaMoved, path, version, p.version)
+		return generation.Meta{}, generation.Data{}, fmt.Errorf("%w: %s is in schema version %d, the pass in version %d", ErrSchemaMoved, name, version, p.version)
 	}
-	meta, d, err := generation.ReadStored(c.opts.FS, path)
+	meta, d, err := read()
 	if err != nil {
 		return meta, d, err
 	}
 	if id := maxFieldID(d.Rows.Schema.Columns); p.nextFieldID > 0 && id >= p.nextFieldID {
 		return meta, d, fmt.Errorf("%w: %s has field id %d, schema version %d ends below %d (the file is in a newer version)",
-			ErrSchemaMoved, path, id, p.version, p.nextFieldID)
+			ErrSchemaMoved, name, id, p.version, p.nextFieldID)
 	}
 	rows, err := schema.Convert(d.Rows, p.schema)
 	if err != nil {
-		return meta, d, fmt.Errorf("%s: to schema version %d: %w", path, p.version, err)
+		return meta, d, fmt.Errorf("%s: to schema version %d: %w", name, p.version, err)
 	}
 	d.Rows = rows
 	return meta, d, nil

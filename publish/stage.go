@@ -121,12 +121,12 @@ stage:
 // schema ps, and returns the bytes it held.
 func (c *Coordinator) stageGeneration(ctx context.Context, ps passSchema, shard string, pg PlannedGeneration, idx *baseIndex,
 	seen map[string]struct{}, part *StagedPart, out *Staged) (int64, error) {
-	meta, d, err := ps.readInto(c, pg.Path, generationVersion(pg.Generation))
+	meta, d, src, err := c.readGeneration(ctx, ps, shard, pg)
 	if err != nil {
 		return 0, fmt.Errorf("publish: shard %q generation %d: %w", shard, pg.Number, err)
 	}
 	if meta.Generation != pg.Number {
-		return 0, fmt.Errorf("publish: shard %q: file %s holds generation %d, the manifest says %d", shard, pg.Path, meta.Generation, pg.Number)
+		return 0, fmt.Errorf("publish: shard %q: file %s holds generation %d, the manifest says %d", shard, src, meta.Generation, pg.Number)
 	}
 	size := d.Rows.Size()
 	n := d.Rows.Len()

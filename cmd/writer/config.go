@@ -53,6 +53,9 @@ type Config struct {
 	Limits          LimitsConfig      `yaml:"limits"`
 	HTTP            HTTPConfig        `yaml:"http"`
 	Iceberg         IcebergConfig     `yaml:"iceberg"`
+	// Storage is the object store of the generations (storage.go); a
+	// table's own storage: replaces it.
+	Storage StorageConfig `yaml:"storage"`
 	// Columns are the table's columns (id, _seq and _epoch are implicit).
 	// Left out, a table has the columns its schema record holds, and a new
 	// table the rollout schema (tableSchema).
@@ -348,7 +351,7 @@ func badValue(key string, value any, format string, args ...any) error {
 // Validate reports the first unusable setting, naming its key and value.
 func (c *Config) Validate() error {
 	for _, check := range []func() error{c.validatePlaces, c.validateColumns, c.validateShards, c.validateTables, c.validateSizes, c.validateEtcd, c.validateSnapshots, c.Limits.validate, c.validateHTTP, c.validateIceberg,
-		c.validateMemory, c.validateEngine} {
+		c.validateStorage, c.validateMemory, c.validateEngine} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -578,6 +581,11 @@ type storeOptions struct {
 	// tables are every table of the configuration when it has tables:
 	// and --table was not given; merge merges each.
 	tables []TableConfig
+	// storage is the chosen table's object store, storageKey its section
+	// for errors; storages those of tables, by name.
+	storage    StorageConfig
+	storageKey string
+	storages   map[string]storageChoice
 }
 
 // addDataFlags binds --config, --data-dir and --table.
@@ -606,8 +614,13 @@ func (o *storeOptions) resolve(f *pflag.FlagSet) error {
 		return err
 	}
 	o.table, o.schema = t.Name, mustSchema(t.Columns)
+	o.storage, o.storageKey = cfg.storageFor(t), cfg.storageKey(t)
 	if len(cfg.Tables) > 0 && !f.Changed("table") {
 		o.tables = cfg.tables()
+		o.storages = map[string]storageChoice{}
+		for _, t := range o.tables {
+			o.storages[t.Name] = storageChoice{cfg.storageKey(t), cfg.storageFor(t)}
+		}
 	}
 	return nil
 }
@@ -618,7 +631,7 @@ func (o *serveOptions) config() Config {
 		Shards: o.shards, FlushBytes: o.flushBytes, FlushAge: o.flushAge, LeaseTTL: o.leaseTTL,
 		MaxBodyBytes: o.maxBodyBytes, ShutdownTimeout: o.shutdownTimeout, UnreadyDelay: o.unreadyDelay, LogLevel: o.logLevel, Etcd: o.etcd,
 		Snapshots: o.snapshots, Limits: o.limits, HTTP: o.http, MemoryBudget: o.memoryBudget, Iceberg: o.iceberg, Columns: o.columns,
-		Tables: o.tables}
+		Tables: o.tables, Storage: o.storage}
 }
 
 // resolve applies the configuration file under the flags set.
@@ -631,6 +644,6 @@ func (o *serveOptions) resolve(f *pflag.FlagSet) error {
 	o.flushBytes, o.flushAge, o.leaseTTL = c.FlushBytes, c.FlushAge, c.LeaseTTL
 	o.maxBodyBytes, o.shutdownTimeout, o.unreadyDelay, o.logLevel, o.etcd = c.MaxBodyBytes, c.ShutdownTimeout, c.UnreadyDelay, c.LogLevel, c.Etcd
 	o.snapshots, o.limits, o.http, o.memoryBudget = c.Snapshots, c.Limits, c.HTTP, c.MemoryBudget
-	o.iceberg, o.columns, o.tables = c.Iceberg, c.Columns, c.Tables
+	o.iceberg, o.columns, o.tables, o.storage = c.Iceberg, c.Columns, c.Tables, c.Storage
 	return nil
 }

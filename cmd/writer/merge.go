@@ -29,6 +29,7 @@ type mergeOptions struct {
 	every       time.Duration
 	output      string
 	maintenance maintenanceOptions
+	objstores   *stores // one Store per distinct storage: section, shared by the tables' merges
 }
 
 // maintenanceOptions are the base table's upkeep, done by every merge.
@@ -119,6 +120,9 @@ func (o *mergeOptions) run(ctx context.Context, out io.Writer) error {
 	if err := o.maintenance.validate(); err != nil {
 		return err
 	}
+	if o.objstores == nil {
+		o.objstores = newStores(nil, newLogger(slog.LevelWarn))
+	}
 	if len(o.tables) > 1 {
 		return o.runTables(ctx, out)
 	}
@@ -145,6 +149,7 @@ func (o *mergeOptions) runTables(ctx context.Context, out io.Writer) error {
 	for i, t := range o.tables {
 		one := *o
 		one.tables, one.table, one.schema = nil, t.Name, mustSchema(t.Columns)
+		one.storageKey, one.storage = o.storages[t.Name].key, o.storages[t.Name].cfg
 		if o.every == 0 {
 			errs[i] = one.run(ctx, lw)
 			continue
@@ -258,8 +263,12 @@ func (o *mergeOptions) open(ctx context.Context, use dirUse, log *slog.Logger) (
 	if err != nil {
 		return nil, errors.Join(err, meta.Close())
 	}
+	store, err := o.objstores.open(ctx, o.storageKey, o.storage) // nil without storage.url
+	if err != nil {
+		return nil, errors.Join(err, meta.Close())
+	}
 	po := publish.Options{Etcd: meta.client, Table: o.table, DataDir: o.dataDir, Schema: sch,
-		FS: vfs.Default, RequestTimeout: meta.requestTimeout, Logger: log}
+		FS: vfs.Default, RequestTimeout: meta.requestTimeout, Logger: log, Store: store}
 	o.maintenance.apply(&po)
 	c, err := publish.New(ctx, po)
 	if err != nil {

@@ -45,6 +45,7 @@ type serveOptions struct {
 	iceberg         IcebergConfig
 	columns         []schema.Column
 	tables          []TableConfig
+	storage         StorageConfig
 }
 
 func newServe() *cobra.Command {
@@ -146,8 +147,14 @@ func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
 		lns.close()
 		return err
 	}
+	objstores := newStores(registry, log) // one Store per distinct storage: section
 	for _, t := range cfg.tables() {
 		hostOpts := cfg.tableOptions(t) // what config check validated (engineopts.go)
+		if hostOpts.Store, err = objstores.open(ctx, cfg.storageKey(t), cfg.storageFor(t)); err != nil {
+			lns.close()
+			closeHosts(context.Background(), srvOpts.Tables, log)
+			return err
+		}
 		hostOpts.Etcd, hostOpts.Logger, hostOpts.RequestTimeout = meta.client, log.With("table", t.Name), meta.requestTimeout
 		hostOpts.Address, hostOpts.Snapshots = scheme(tlsCfg)+"://"+addr, snaps
 		hostOpts.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"table": t.Name}, registry)

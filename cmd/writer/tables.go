@@ -23,6 +23,10 @@ type TableConfig struct {
 	FlushBytes   int64           `yaml:"flush_bytes,omitempty"`
 	FlushAge     time.Duration   `yaml:"flush_age,omitempty"`
 	MemoryBudget int64           `yaml:"memory_budget,omitempty"`
+	// Storage, when present, is the table's object store, replacing the
+	// process's storage: whole (storage.go); `storage: {}` keeps the
+	// table's generations in the data directory only.
+	Storage *StorageConfig `yaml:"storage,omitempty"`
 }
 
 // maxTables bounds tables: per process: each has its own host, leases and
