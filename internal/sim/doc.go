@@ -23,7 +23,12 @@
 // DisableReplayRanges: the coordinators then ignore the writers' recorded
 // replay ranges and inherited WAL tails and extend the cutoff at every
 // epoch change, so that the ID-check cutoff alone must keep replayed rows
-// out of the base twice.
+// out of the base twice. One seed in two puts generations in an object
+// store as well (engine and publish Options.Store: a file:// store on
+// storage of its own, which no crash touches, as a bucket survives the
+// machines): writers upload before they commit and delete what they drain
+// or no commit names, coordinators read from it, and every checkpoint
+// holds every generation a manifest names to being there.
 //
 // Each writer process sees the storage through its own procFS
 // (procfs_test.go), which can stall the process at one of its next

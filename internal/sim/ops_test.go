@@ -762,7 +762,7 @@ func (w *world) coordinator(slot int) *coord {
 	pc, err := publish.New(ctx, publish.Options{
 		Etcd: w.cli, Prefix: prefix, Table: w.table, DataDir: dataDir, FS: w.fs,
 		LeaseTTL: 5 * time.Second, RequestTimeout: 10 * time.Second, MemoryBudget: w.cfg.coordBudget,
-		DisableReplayRanges: w.cfg.pureCutoff, Logger: w.log.With("coordinator", slot), Schema: w.tableSchema(),
+		DisableReplayRanges: w.cfg.pureCutoff, Logger: w.log.With("coordinator", slot), Schema: w.tableSchema(), Store: w.store,
 	})
 	if err != nil {
 		w.tracef("coordinator %d: new: %v", slot, err)

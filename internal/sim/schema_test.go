@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/rollwal/rollwal/generation"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
 )
@@ -87,4 +88,18 @@ func (w *world) tableSchema() *schema.Schema {
 		return simSchema
 	}
 	return rec.Schema()
+}
+
+// checkObjects holds a seed with an object store to its rule: every
+// generation a manifest names is in the store.
+func (w *world) checkObjects(ctx context.Context, shard string, m *shardmeta.Manifest) {
+	if w.store == nil {
+		return
+	}
+	for _, g := range m.Flushed {
+		key := generation.ObjectKey(w.table, shard, g.File)
+		if _, err := w.store.Stat(ctx, key); err != nil {
+			w.violatef("shard %s: committed generation %d is not in the object store (%s): %v", shard, g.Number, key, err)
+		}
+	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/rollwal/rollwal/internal/etcdembed"
 	"github.com/rollwal/rollwal/internal/etcdembed/etcdtest"
 	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/objstore"
 	"github.com/rollwal/rollwal/publish"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
@@ -63,11 +64,15 @@ type config struct {
 	// pureCutoff runs the coordinators with DisableReplayRanges: only the
 	// cutoff, extended at every epoch change, decides the ID check.
 	pureCutoff bool
+	// objectStore puts generations in an object store (a file:// one on
+	// storage of its own, which no crash touches): writers upload and
+	// delete, coordinators read from it.
+	objectStore bool
 }
 
 func (c config) String() string {
-	return fmt.Sprintf("shards=%d hosts=%d coordinators=%d flush_bytes=%d exclusion_off=%.1f no_flush_on_close=%.1f coord_budget=%d sessions=%.1f pure_cutoff=%v",
-		c.shards, c.hosts, c.coords, c.flushBytes, c.exclusionOff, c.noFlushOnClose, c.coordBudget, c.sessions, c.pureCutoff)
+	return fmt.Sprintf("shards=%d hosts=%d coordinators=%d flush_bytes=%d exclusion_off=%.1f no_flush_on_close=%.1f coord_budget=%d sessions=%.1f pure_cutoff=%v object_store=%v",
+		c.shards, c.hosts, c.coords, c.flushBytes, c.exclusionOff, c.noFlushOnClose, c.coordBudget, c.sessions, c.pureCutoff, c.objectStore)
 }
 
 func drawConfig(rng *rand.Rand) config {
@@ -81,6 +86,7 @@ func drawConfig(rng *rand.Rand) config {
 		coordBudget:    []int64{1, 64 << 10, 64 << 20}[rng.IntN(3)],
 		sessions:       []float64{0.3, 0.7, 1}[rng.IntN(3)],
 		pureCutoff:     rng.IntN(4) == 0,
+		objectStore:    rng.IntN(2) == 0,
 	}
 }
 
@@ -237,6 +243,8 @@ type world struct {
 	mem *vfs.MemFS
 	inj *vfs.Injector
 	fs  vfs.FS
+	// store, when the seed puts generations in one (config.objectStore).
+	store objstore.Store
 
 	shards []string
 	hosts  []*host
@@ -292,6 +300,13 @@ func newWorld(t testing.TB, srv *etcdembed.Server, seed uint64, steps int) *worl
 	w.cfg = drawConfig(rng)
 	w.cfg.pureCutoff = w.cfg.pureCutoff || *flagCutoff
 	w.fs = vfs.Inject(w.mem, w.inj)
+	if w.cfg.objectStore {
+		st, err := objstore.Open(w.ctx, "file:///bucket", objstore.Options{FS: vfs.NewStrictMem()})
+		if err != nil {
+			w.fatalf("object store: %v", err)
+		}
+		w.store = st
+	}
 	w.cli = w.newClient()
 	w.keys = shardmeta.Keys{Prefix: prefix, Table: w.table}
 	w.meta = shardmeta.NewStore(w.cli, w.keys, shardmeta.StoreOptions{RequestTimeout: 10 * time.Second})
@@ -349,7 +364,7 @@ func (w *world) newHost(slot int) *host {
 		LeaseTTL: hostLeaseTTL, RequestTimeout: 5 * time.Second,
 		WALSegmentSize: 64 << 10, FlushBytes: w.cfg.flushBytes, FlushAge: -1, MemoryBudget: 64 << 20,
 		NoFlushOnClose: h.noFlush, DisableSourceExclusion: h.exclOff, Snapshots: w.snaps,
-		Logger: w.log.With("host", h.name), Schema: w.tableSchema(),
+		Logger: w.log.With("host", h.name), Schema: w.tableSchema(), Store: w.store,
 	})
 	if err != nil {
 		w.fatalf("new host: %v", err)
@@ -571,6 +586,7 @@ func (w *world) checkpoint() {
 			w.violatef("shard %s: manifest does not load: %v", shard, err)
 			continue
 		}
+		w.checkObjects(ctx, shard, m)
 		for _, v := range w.m.observeManifest(shard, m) {
 			w.violatef("%s", v)
 		}
