@@ -235,7 +235,7 @@ func lastInteger(out []byte) (int, error) {
 
 // TestReadmeConfigChecks: the README's sample configuration passes `writer
 // config check` once the files it names exist (its TLS certificates and
-// keys, made here) and the variables it references are set, and its
+// keys and its object store's credential files, made here) and the variables it references are set, and its
 // iceberg section comes through.
 func TestReadmeConfigChecks(t *testing.T) {
 	lines, first := readmeSection(t, "## Configuration")
@@ -254,8 +254,11 @@ func TestReadmeConfigChecks(t *testing.T) {
 	const etc = "/etc/rollwal/"
 	for _, f := range regexp.MustCompile(regexp.QuoteMeta(etc)+`[A-Za-z0-9._-]+`).FindAllString(yaml, -1) {
 		content := certPEM
-		if strings.HasSuffix(f, ".key") {
+		switch {
+		case strings.HasSuffix(f, ".key"):
 			content = keyPEM
+		case !strings.HasSuffix(f, ".pem"): // a credential file: one key alone
+			content = []byte("readme-credential-" + filepath.Base(f) + "\n")
 		}
 		writeTestFile(t, filepath.Join(dir, strings.TrimPrefix(f, etc)), string(content))
 	}
