@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/objstore"
 )
 
 // Type is the catalog type this package reports to iceberg-go.
@@ -34,6 +35,10 @@ type Options struct {
 	// FS is the filesystem of the tables' metadata and data; nil means
 	// vfs.Default.
 	FS vfs.FS
+	// Store, when set, holds the tables' metadata and data instead of FS:
+	// table locations are then URLs in it (see StoreLocation and
+	// objectIO). Nil keeps every file on FS.
+	Store objstore.Store
 	// RequestTimeout bounds each etcd request; 0 means
 	// DefaultRequestTimeout.
 	RequestTimeout time.Duration
@@ -71,7 +76,7 @@ type Etcd struct {
 	opts    Options
 	cli     *clientv3.Client
 	keys    keys
-	io      fileIO
+	io      metaIO
 	log     *slog.Logger
 	cacheMu sync.Mutex
 	cache   []cachedMetadata
@@ -88,7 +93,11 @@ func New(opts Options) (*Etcd, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	return &Etcd{opts: opts, cli: opts.Client, keys: keys{prefix: opts.Prefix}, io: newFileIO(opts.FS), log: opts.Logger}, nil
+	var mio metaIO = newFileIO(opts.FS)
+	if opts.Store != nil {
+		mio = newObjectIO(opts.Store)
+	}
+	return &Etcd{opts: opts, cli: opts.Client, keys: keys{prefix: opts.Prefix}, io: mio, log: opts.Logger}, nil
 }
 
 // CatalogType reports "etcd".
