@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/rollwal/rollwal/internal/testproc"
 	"github.com/rollwal/rollwal/internal/vfs"
 )
 
@@ -84,7 +85,7 @@ func build(ctx context.Context) (string, error) {
 	if err := vfs.Default.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("etcdcluster: %w", err)
 	}
-	goBin, err := goCommand()
+	goBin, err := testproc.GoCommand()
 	if err != nil {
 		return "", err
 	}
@@ -112,28 +113,6 @@ func build(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("etcdcluster: %w", err)
 	}
 	return out, nil
-}
-
-// goCommand returns the go command of the toolchain that built this test
-// binary if it is present, and otherwise the one on PATH.
-func goCommand() (string, error) {
-	name := "go"
-	if runtime.GOOS == "windows" {
-		name += ".exe"
-	}
-	// runtime.GOROOT is deprecated for general use, but the toolchain that
-	// built this binary is exactly the one wanted here.
-	if root := runtime.GOROOT(); root != "" {
-		p := filepath.Join(root, "bin", name)
-		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
-			return p, nil
-		}
-	}
-	p, err := exec.LookPath("go")
-	if err != nil {
-		return "", fmt.Errorf("etcdcluster: no go command in GOROOT/bin or PATH: %w", err)
-	}
-	return p, nil
 }
 
 // moduleRoot walks up from the working directory (a package directory while

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,6 +22,8 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+
+	"github.com/rollwal/rollwal/internal/testproc"
 )
 
 // Options configures Start.
@@ -72,7 +73,7 @@ type Cluster struct {
 	dir      string
 	token    string
 	logLevel string
-	spawn    *spawner
+	spawn    *testproc.Spawner
 
 	mu             sync.Mutex
 	members        []*member
@@ -85,10 +86,10 @@ type member struct {
 	clientURL string
 	peerURL   string
 	dataDir   string
-	logPath   string        // written by etcd itself (--log-outputs)
-	output    *outputBuffer // the process's stdout and stderr: panics, early errors
-	proc      *process      // current or most recent process; nil before the first start
-	id        uint64        // raft member ID, once seen in a Status response
+	logPath   string                 // written by etcd itself (--log-outputs)
+	output    *testproc.OutputBuffer // the process's stdout and stderr: panics, early errors
+	proc      *process               // current or most recent process; nil before the first start
+	id        uint64                 // raft member ID, once seen in a Status response
 }
 
 type process struct {
@@ -148,14 +149,14 @@ func Start(t testing.TB, opts Options) *Cluster {
 		dir:      t.TempDir(), // before our Cleanup, so it is removed after the kill
 		token:    fmt.Sprintf("etcdcluster-%d-%016x", os.Getpid(), rand.Uint64()),
 		logLevel: logLevel,
-		spawn:    newSpawner(),
+		spawn:    testproc.NewSpawner(),
 	}
 	for i := range n {
 		name := "m" + strconv.Itoa(i)
 		c.members = append(c.members, &member{
 			name:    name,
 			logPath: filepath.Join(c.dir, name+".log"),
-			output:  &outputBuffer{max: maxOutputBuffer},
+			output:  &testproc.OutputBuffer{Max: maxOutputBuffer},
 		})
 	}
 	t.Cleanup(c.cleanup)
@@ -268,7 +269,7 @@ func (c *Cluster) startLocked(i int, state string) error {
 		outOffset: m.output.Len(),
 		done:      make(chan struct{}),
 	}
-	if err := c.spawn.start(cmd); err != nil {
+	if err := c.spawn.Start(cmd); err != nil {
 		return fmt.Errorf("etcdcluster: start member %d: %w", i, err)
 	}
 	p.pid = cmd.Process.Pid
@@ -938,7 +939,7 @@ func (c *Cluster) cleanup() {
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
-	c.spawn.stop()
+	c.spawn.Stop()
 
 	c.mu.Lock()
 	for i, m := range c.members {
@@ -961,94 +962,6 @@ func childEnv() []string {
 	return slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		return strings.HasPrefix(kv, "ETCD_")
 	})
-}
-
-// spawner starts processes from one goroutine locked to its OS thread for
-// the cluster's lifetime. Pdeathsig fires when the thread that forked the
-// child exits, not the process (prctl(2)); the Go runtime ends a thread when
-// a goroutine exits while locked to it, so forking from an arbitrary thread
-// could kill members in the middle of a test.
-type spawner struct {
-	reqs chan spawnReq
-	quit chan struct{}
-	done chan struct{}
-}
-
-type spawnReq struct {
-	cmd *exec.Cmd
-	err chan error
-}
-
-func newSpawner() *spawner {
-	s := &spawner{reqs: make(chan spawnReq), quit: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		runtime.LockOSThread()
-		// Never unlocked: the thread exits with this goroutine, after every
-		// member has been reaped.
-		defer close(s.done)
-		for {
-			select {
-			case r := <-s.reqs:
-				r.err <- r.cmd.Start()
-			case <-s.quit:
-				return
-			}
-		}
-	}()
-	return s
-}
-
-func (s *spawner) start(cmd *exec.Cmd) error {
-	r := spawnReq{cmd: cmd, err: make(chan error, 1)}
-	select {
-	case s.reqs <- r:
-		return <-r.err
-	case <-s.done:
-		return errors.New("etcdcluster: cluster already cleaned up")
-	}
-}
-
-func (s *spawner) stop() {
-	select {
-	case <-s.quit:
-	default:
-		close(s.quit)
-	}
-	<-s.done
-}
-
-// outputBuffer keeps the last max bytes written to it.
-type outputBuffer struct {
-	mu      sync.Mutex
-	max     int
-	dropped int
-	buf     []byte
-}
-
-func (b *outputBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - b.max; over > 0 {
-		b.buf = b.buf[over:]
-		b.dropped += over
-	}
-	return len(p), nil
-}
-
-// Len returns the total number of bytes ever written.
-func (b *outputBuffer) Len() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.dropped + len(b.buf)
-}
-
-// Since returns what was written after the first off bytes, as far as kept.
-func (b *outputBuffer) Since(off int) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	off = max(off-b.dropped, 0)
-	return string(b.buf[off:])
 }
 
 func fileSize(path string) int64 {

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rollwal/rollwal/internal/testproc"
 )
 
 // syncBuffer is a bytes.Buffer safe for the concurrent writes of a logger.
@@ -41,13 +43,13 @@ func TestStartRetriesTakenPort(t *testing.T) {
 	calls := 0
 	pickPortsFn = func(n int) ([]int, error) {
 		calls++
-		ports, err := pickPorts(n)
+		ports, err := testproc.PickPorts(n)
 		if calls == 1 && err == nil {
 			ports[0] = taken.Addr().(*net.TCPAddr).Port
 		}
 		return ports, err
 	}
-	defer func() { pickPortsFn = pickPorts }()
+	defer func() { pickPortsFn = testproc.PickPorts }()
 
 	var logs syncBuffer
 	c := Start(t, Options{Members: 1, Logger: slog.New(slog.NewTextHandler(&logs, nil))})

@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/rollwal/rollwal/internal/testproc"
 	"github.com/rollwal/rollwal/internal/vfs"
 )
 
@@ -87,7 +88,7 @@ func build(ctx context.Context) (string, error) {
 	if built(out) { // another process built it while we waited for the lock
 		return out, nil
 	}
-	goBin, err := goCommand()
+	goBin, err := testproc.GoCommand()
 	if err != nil {
 		return "", err
 	}
@@ -171,26 +172,4 @@ func lockDir(ctx context.Context, dir string) (func(), error) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-}
-
-// goCommand returns the go command of the toolchain that built this test
-// binary if it is present, and otherwise the one on PATH.
-func goCommand() (string, error) {
-	name := "go"
-	if runtime.GOOS == "windows" {
-		name += ".exe"
-	}
-	// runtime.GOROOT is deprecated for general use, but the toolchain that
-	// built this binary is exactly the one wanted here.
-	if root := runtime.GOROOT(); root != "" {
-		p := filepath.Join(root, "bin", name)
-		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
-			return p, nil
-		}
-	}
-	p, err := exec.LookPath("go")
-	if err != nil {
-		return "", fmt.Errorf("s3test: no go command in GOROOT/bin or PATH: %w", err)
-	}
-	return p, nil
 }

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +20,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/rollwal/rollwal/internal/testproc"
 )
 
 // region is the region the server is started with and clients sign for.
@@ -50,8 +51,8 @@ type Server struct {
 	port     int // fixed once Start returns
 	access   string
 	secret   string
-	spawn    *spawner
-	output   *outputBuffer
+	spawn    *testproc.Spawner
+	output   *testproc.OutputBuffer
 	buckets  atomic.Int64
 	ctl      sync.Mutex // serialises Stop, Kill, Restart and cleanup
 	mu       sync.Mutex // guards proc and closed
@@ -99,8 +100,8 @@ func Start(t testing.TB) *Server {
 		root:   t.TempDir(), // before our Cleanup, so it is removed after the stop
 		access: "S3T" + rand.Text()[:17],
 		secret: rand.Text() + rand.Text()[:14],
-		spawn:  newSpawner(),
-		output: &outputBuffer{max: maxOutputBuffer},
+		spawn:  testproc.NewSpawner(),
+		output: &testproc.OutputBuffer{Max: maxOutputBuffer},
 		// Bucket names from different servers differ too, so that a test
 		// holding two servers never finds one's bucket on the other by
 		// accident.
@@ -174,7 +175,7 @@ func (s *Server) startProcess() (*process, error) {
 	s.starts++
 	fmt.Fprintf(s.output, "--- s3test: start %d on port %d ---\n", s.starts, s.port)
 	p := &process{cmd: cmd, outOffset: s.output.Len(), done: make(chan struct{})}
-	if err := s.spawn.start(cmd); err != nil {
+	if err := s.spawn.Start(cmd); err != nil {
 		return nil, fmt.Errorf("s3test: start %s: %w", s.bin, err)
 	}
 	p.pid = cmd.Process.Pid
@@ -395,7 +396,7 @@ func (s *Server) cleanup() {
 	p := s.proc
 	s.mu.Unlock()
 	s.ctl.Unlock()
-	s.spawn.stop()
+	s.spawn.Stop()
 	if err != nil {
 		s.t.Error(err)
 	}
@@ -419,94 +420,6 @@ func childEnv() []string {
 		}
 	}
 	return env
-}
-
-// spawner starts processes from one goroutine locked to its OS thread for
-// the server's lifetime. Pdeathsig fires when the thread that forked the
-// child exits, not the process (prctl(2)); the Go runtime ends a thread when
-// a goroutine exits while locked to it, so forking from an arbitrary thread
-// could kill the server in the middle of a test.
-type spawner struct {
-	reqs chan spawnReq
-	quit chan struct{}
-	done chan struct{}
-}
-
-type spawnReq struct {
-	cmd *exec.Cmd
-	err chan error
-}
-
-func newSpawner() *spawner {
-	s := &spawner{reqs: make(chan spawnReq), quit: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		runtime.LockOSThread()
-		// Never unlocked: the thread exits with this goroutine, after the
-		// server has been reaped.
-		defer close(s.done)
-		for {
-			select {
-			case r := <-s.reqs:
-				r.err <- r.cmd.Start()
-			case <-s.quit:
-				return
-			}
-		}
-	}()
-	return s
-}
-
-func (s *spawner) start(cmd *exec.Cmd) error {
-	r := spawnReq{cmd: cmd, err: make(chan error, 1)}
-	select {
-	case s.reqs <- r:
-		return <-r.err
-	case <-s.done:
-		return errors.New("s3test: server already cleaned up")
-	}
-}
-
-func (s *spawner) stop() {
-	select {
-	case <-s.quit:
-	default:
-		close(s.quit)
-	}
-	<-s.done
-}
-
-// outputBuffer keeps the last max bytes written to it.
-type outputBuffer struct {
-	mu      sync.Mutex
-	max     int
-	dropped int
-	buf     []byte
-}
-
-func (b *outputBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - b.max; over > 0 {
-		b.buf = b.buf[over:]
-		b.dropped += over
-	}
-	return len(p), nil
-}
-
-// Len returns the total number of bytes ever written.
-func (b *outputBuffer) Len() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.dropped + len(b.buf)
-}
-
-// Since returns what was written after the first off bytes, as far as kept.
-func (b *outputBuffer) Since(off int) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	off = max(off-b.dropped, 0)
-	return string(b.buf[off:])
 }
 
 func tail(s string, n int) string {
