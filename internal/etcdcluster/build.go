@@ -25,15 +25,8 @@ const (
 	mainSrc    = "internal/cmd/etcd/main.go"
 )
 
-// buildState memoises the result of Build for the whole process. A channel
-// is used as the lock so that callers queued behind a running build still
-// honour their own context.
-var buildState = struct {
-	sem  chan struct{}
-	done bool
-	path string
-	err  error
-}{sem: make(chan struct{}, 1)}
+// builds memoises Build for the whole process.
+var builds = testproc.NewBuildOnce()
 
 // Build compiles the etcd server binary (package
 // github.com/rollwal/rollwal/internal/cmd/etcd) and returns its path.
@@ -46,22 +39,7 @@ var buildState = struct {
 // the Go version), and written by atomic rename, so concurrent test binaries
 // can share it. A compiler failure is returned with the full go build output.
 func Build(ctx context.Context) (string, error) {
-	select {
-	case buildState.sem <- struct{}{}:
-	case <-ctx.Done():
-		return "", fmt.Errorf("etcdcluster: waiting for etcd build: %w", ctx.Err())
-	}
-	defer func() { <-buildState.sem }()
-
-	if buildState.done {
-		return buildState.path, buildState.err
-	}
-	path, err := build(ctx)
-	if err != nil && ctx.Err() != nil {
-		return "", err
-	}
-	buildState.done, buildState.path, buildState.err = true, path, err
-	return path, err
+	return builds.Do(ctx, "etcdcluster: etcd", build)
 }
 
 func build(ctx context.Context) (string, error) {

@@ -27,15 +27,8 @@ const (
 	versitygwMain   = versitygwModule + "/cmd/versitygw"
 )
 
-// buildState memoises the result of Build for the whole process. A channel
-// is used as the lock so that callers queued behind a running build still
-// honour their own context.
-var buildState = struct {
-	sem  chan struct{}
-	done bool
-	path string
-	err  error
-}{sem: make(chan struct{}, 1)}
+// builds memoises Build for the whole process.
+var builds = testproc.NewBuildOnce()
 
 // Build compiles versitygw at [Version] (go install
 // github.com/versity/versitygw/cmd/versitygw@Version) and returns the path of
@@ -49,22 +42,7 @@ var buildState = struct {
 // once, and the binary is moved into place by rename, so no one ever runs a
 // partial file. A failed build returns the go command's full output.
 func Build(ctx context.Context) (string, error) {
-	select {
-	case buildState.sem <- struct{}{}:
-	case <-ctx.Done():
-		return "", fmt.Errorf("s3test: waiting for versitygw build: %w", ctx.Err())
-	}
-	defer func() { <-buildState.sem }()
-
-	if buildState.done {
-		return buildState.path, buildState.err
-	}
-	path, err := build(ctx)
-	if err != nil && ctx.Err() != nil {
-		return "", err
-	}
-	buildState.done, buildState.path, buildState.err = true, path, err
-	return path, err
+	return builds.Do(ctx, "s3test: versitygw", build)
 }
 
 func build(ctx context.Context) (string, error) {
