@@ -22,13 +22,7 @@ import (
 // versitygw.
 func objectStores(t *testing.T) map[string]func(t *testing.T) (objstore.Store, *s3test.Server) {
 	return map[string]func(t *testing.T) (objstore.Store, *s3test.Server){
-		"file": func(t *testing.T) (objstore.Store, *s3test.Server) {
-			st, err := objstore.Open(context.Background(), "file:///objects", objstore.Options{FS: vfs.NewStrictMem()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return st, nil
-		},
+		"file": func(t *testing.T) (objstore.Store, *s3test.Server) { return memStore(t), nil },
 		"s3": func(t *testing.T) (objstore.Store, *s3test.Server) {
 			srv := s3test.Start(t)
 			tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -44,6 +38,15 @@ func objectStores(t *testing.T) map[string]func(t *testing.T) (objstore.Store, *
 			return st, srv
 		},
 	}
+}
+
+// memStore is a file:// store on a strict in-memory filesystem of its own.
+func memStore(t testing.TB) objstore.Store {
+	st, err := objstore.Open(context.Background(), "file:///objects", objstore.Options{FS: vfs.NewStrictMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 // TestFlushUploadsGenerations: every generation a commit names is in the
