@@ -113,9 +113,11 @@ func TestCrashAtEveryWrite(t *testing.T) {
 }
 
 // TestCrashAtEveryWriteWithStore is TestCrashAtEveryWrite with the
-// generations in an object store, which the machine's crash does not touch
-// (a bucket survives it): after every crash, every committed generation is
-// in the store, byte for byte its file, and the reopened shard holds no
+// generations in an object store whose writes count among the crash
+// points (the writer dies in the middle of an upload, or after it and
+// before the commit) but whose contents the crash does not undo (a bucket
+// survives the machine): after every crash, every committed generation is
+// in the store, byte for byte its file, and the reopened shard leaves no
 // object that no commit names.
 func TestCrashAtEveryWriteWithStore(t *testing.T) {
 	ctx := context.Background()
@@ -140,11 +142,12 @@ func crashAt(t *testing.T, ctx context.Context, k int64) bool { return crashAtWi
 func crashAtWith(t *testing.T, ctx context.Context, k int64, withStore bool) bool {
 	mem := vfs.NewStrictMem()
 	inj := &vfs.Injector{}
-	inj.CrashAt(k)
 	opts := testOptions(vfs.Inject(mem, inj), tableName(t, fmt.Sprintf("-k%d", k)))
+	bucket := vfs.NewStrictMem()
 	if withStore {
-		opts.Store = memStore(t)
+		opts.Store = storeOn(t, vfs.Inject(bucket, inj))
 	}
+	inj.CrashAt(inj.Ops() + k) // the workload's k-th operation
 	w := &crashWorkload{opts: opts, acked: map[string]bool{}}
 	err := w.run(ctx)
 	if err == nil {
@@ -152,6 +155,9 @@ func crashAtWith(t *testing.T, ctx context.Context, k int64, withStore bool) boo
 	}
 	if !inj.Crashed() {
 		t.Fatalf("crash point %d: workload failed without a crash: %v", k, err)
+	}
+	if withStore {
+		opts.Store = storeOn(t, bucket)
 	}
 	verifyAfterCrash(t, ctx, k, mem.CrashClone(), opts, w)
 	return false

@@ -41,8 +41,11 @@ func objectStores(t *testing.T) map[string]func(t *testing.T) (objstore.Store, *
 }
 
 // memStore is a file:// store on a strict in-memory filesystem of its own.
-func memStore(t testing.TB) objstore.Store {
-	st, err := objstore.Open(context.Background(), "file:///objects", objstore.Options{FS: vfs.NewStrictMem()})
+func memStore(t testing.TB) objstore.Store { return storeOn(t, vfs.NewStrictMem()) }
+
+// storeOn is a file:// store on fs.
+func storeOn(t testing.TB, fs vfs.FS) objstore.Store {
+	st, err := objstore.Open(context.Background(), "file:///objects", objstore.Options{FS: fs})
 	if err != nil {
 		t.Fatal(err)
 	}
