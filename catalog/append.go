@@ -168,7 +168,7 @@ func (c *Etcd) PrepareBaseCommit(ctx context.Context, ident table.Identifier, bc
 			return nil, fmt.Errorf("catalog: table %s: properties: %w", cur.name, err)
 		}
 	}
-	if err := stageFiles(ctx, txn, base.Metadata(), bc); err != nil {
+	if err := c.stageFiles(ctx, txn, base.Metadata(), bc); err != nil {
 		return nil, fmt.Errorf("catalog: table %s: %w", cur.name, err)
 	}
 	if err := expire(txn, base.Metadata(), bc.Retention, len(bc.Files) > 0 || len(bc.Remove) > 0); err != nil {
@@ -241,11 +241,11 @@ func schemaUpdates(meta table.Metadata, v *SchemaVersion) ([]table.Update, error
 }
 
 // stageFiles stages bc's append or replace on txn.
-func stageFiles(ctx context.Context, txn *table.Transaction, meta table.Metadata, bc BaseCommit) error {
+func (c *Etcd) stageFiles(ctx context.Context, txn *table.Transaction, meta table.Metadata, bc BaseCommit) error {
 	if len(bc.Files) == 0 && len(bc.Remove) == 0 {
 		return nil
 	}
-	adds, err := dataFiles(meta, bc.Files)
+	adds, err := c.dataFiles(meta, bc.Files)
 	if err != nil {
 		return err
 	}
@@ -258,7 +258,7 @@ func stageFiles(ctx context.Context, txn *table.Transaction, meta table.Metadata
 		}
 		return nil
 	}
-	removes, err := dataFiles(meta, bc.Remove)
+	removes, err := c.dataFiles(meta, bc.Remove)
 	if err != nil {
 		return err
 	}
@@ -312,12 +312,28 @@ func expire(txn *table.Transaction, meta table.Metadata, r Retention, adding boo
 	return txn.ExpireSnapshots(table.WithOlderThan(age), table.WithRetainLast(1), table.WithPostCommit(false))
 }
 
+// dataFiles builds the data files of files. A file's location must be one
+// the catalog's IO reads: an absolute path on the filesystem, or, with
+// Options.Store, a location inside the store (StoreLocation; a file://
+// store's bare absolute paths too). Anything else is refused, naming it.
+func (c *Etcd) dataFiles(meta table.Metadata, files []File) ([]iceberg.DataFile, error) {
+	return buildDataFiles(meta, files, c.checkDataLocation)
+}
+
+// dataFiles builds data files at absolute paths (a catalog without a store).
 func dataFiles(meta table.Metadata, files []File) ([]iceberg.DataFile, error) {
+	return buildDataFiles(meta, files, checkAbsolute)
+}
+
+func buildDataFiles(meta table.Metadata, files []File, check func(loc string) error) ([]iceberg.DataFile, error) {
 	spec := meta.PartitionSpec()
 	out := make([]iceberg.DataFile, 0, len(files))
 	for _, f := range files {
-		if !filepath.IsAbs(f.Path) || f.Rows < 1 || f.Bytes < 1 {
-			return nil, fmt.Errorf("file %q: want an absolute path and positive rows (%d) and bytes (%d)", f.Path, f.Rows, f.Bytes)
+		if f.Rows < 1 || f.Bytes < 1 {
+			return nil, fmt.Errorf("file %q: want positive rows (%d) and bytes (%d)", f.Path, f.Rows, f.Bytes)
+		}
+		if err := check(f.Path); err != nil {
+			return nil, err
 		}
 		b, err := iceberg.NewDataFileBuilder(spec, iceberg.EntryContentData, f.Path, iceberg.ParquetFile, nil, nil, nil, f.Rows, f.Bytes)
 		if err != nil {
@@ -338,4 +354,24 @@ func seqBounds(f File) (lo, hi []byte, ok bool) {
 		return nil, nil, false
 	}
 	return binary.LittleEndian.AppendUint64(nil, f.SeqFirst), binary.LittleEndian.AppendUint64(nil, f.SeqLast), true
+}
+
+// checkDataLocation refuses a data file location the catalog's IO cannot
+// read: outside the store (ErrOutsideStore) with Options.Store, not an
+// absolute path without.
+func (c *Etcd) checkDataLocation(loc string) error {
+	if oio, ok := c.io.(objectIO); ok {
+		if _, err := oio.objectName(loc); err != nil {
+			return fmt.Errorf("file %q: %w", loc, err)
+		}
+		return nil
+	}
+	return checkAbsolute(loc)
+}
+
+func checkAbsolute(loc string) error {
+	if !filepath.IsAbs(loc) {
+		return fmt.Errorf("file %q: want an absolute path", loc)
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package publish
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,8 +9,10 @@ import (
 	"github.com/apache/iceberg-go/table"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/objstore"
 	"github.com/rollwal/rollwal/shardmeta"
 )
 
@@ -159,15 +162,21 @@ type ReaderManifest struct {
 	Version uint64 `json:"version"`
 	// IcebergMetadata is the table metadata file whose current snapshot is
 	// this version (absolute).
-	IcebergMetadata string               `json:"iceberg_metadata"`
-	Rows            int64                `json:"rows"`
-	Files           []ReaderManifestFile `json:"files"`
+	IcebergMetadata string `json:"iceberg_metadata"`
+	// Location is the base's store location when the base lives in an
+	// object store (Options.Store); absent for a local base.
+	Location string               `json:"location,omitempty"`
+	Rows     int64                `json:"rows"`
+	Files    []ReaderManifestFile `json:"files"`
 }
 
-// ReaderManifestFile names one data file relative to the base directory.
+// ReaderManifestFile names one data file relative to the base directory
+// (or the base's Location) and, for a base in an object store, by its
+// store location.
 type ReaderManifestFile struct {
-	Path string `json:"path"`
-	Rows int64  `json:"rows"`
+	Path     string `json:"path"`
+	Location string `json:"location,omitempty"`
+	Rows     int64  `json:"rows"`
 }
 
 // ReaderManifestName is the file name of version v's readers' manifest.
@@ -178,6 +187,17 @@ func ReaderManifestName(v uint64) string { return fmt.Sprintf("%020d.json", v) }
 // version: tbl, or when nil the table's current snapshot, which must be
 // that version's. Version 0 has none.
 func (c *Coordinator) writeReaderManifest(ctx context.Context, st *shardmeta.BaseState, tbl *table.Table) error {
+	if c.opts.Store != nil {
+		if st.Version == 0 {
+			return nil
+		}
+		if _, err := c.opts.Store.Stat(ctx, c.baseKey("_manifest/"+ReaderManifestName(st.Version))); err == nil {
+			return nil
+		} else if !errors.Is(err, objstore.ErrNotFound) {
+			return fmt.Errorf("publish: readers' manifest: %w", err)
+		}
+		return c.replaceReaderManifest(ctx, st, tbl)
+	}
 	final := filepath.Join(c.baseDir, "_manifest", ReaderManifestName(st.Version))
 	if _, err := c.opts.FS.Stat(final); err == nil {
 		return nil
@@ -205,13 +225,23 @@ func (c *Coordinator) replaceReaderManifest(ctx context.Context, st *shardmeta.B
 		return err
 	}
 	m := ReaderManifest{Version: st.Version, IcebergMetadata: b.tbl.MetadataLocation(), Files: []ReaderManifestFile{}}
+	if c.opts.Store != nil {
+		m.Location = c.baseLocation()
+	}
 	for _, f := range b.files {
-		m.Files = append(m.Files, ReaderManifestFile{Path: f.Path, Rows: f.Rows})
+		rf := ReaderManifestFile{Path: f.Path, Rows: f.Rows}
+		if c.opts.Store != nil {
+			rf.Location = c.fileLocation(f.Path)
+		}
+		m.Files = append(m.Files, rf)
 		m.Rows += f.Rows
 	}
 	data, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
+	}
+	if c.opts.Store != nil {
+		return c.putStoreReaderManifest(ctx, st.Version, append(data, '\n'))
 	}
 	if err := vfs.MkdirAllDurable(fs, dir, 0o755); err != nil {
 		return fmt.Errorf("publish: readers' manifest: %w", err)
@@ -377,4 +407,70 @@ func (c *Coordinator) RunOnce(ctx context.Context) (Result, error) {
 		res.Dropped += staged.DroppedInBase + staged.DroppedInPass
 		res.Version = plan.BaseVersion + 1
 	}
+}
+
+// putStoreReaderManifest creates the readers' manifest object of version
+// v (replacing one that exists: only a migration rewrites one, and the
+// lock holder alone writes it).
+func (c *Coordinator) putStoreReaderManifest(ctx context.Context, v uint64, data []byte) error {
+	key := c.baseKey("_manifest/" + ReaderManifestName(v))
+	err := c.opts.Store.Create(ctx, key, bytes.NewReader(data), int64(len(data)))
+	if errors.Is(err, objstore.ErrExists) {
+		if err = c.opts.Store.Delete(ctx, key); err == nil {
+			err = c.opts.Store.Create(ctx, key, bytes.NewReader(data), int64(len(data)))
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("publish: readers' manifest: %w", err)
+	}
+	return nil
+}
+
+// LatestStoreReaderManifest reads the highest-numbered readers' manifest
+// of table's base in store (under <table>/base/_manifest/); ok is false
+// when there is none.
+func LatestStoreReaderManifest(ctx context.Context, store objstore.Store, table string) (m ReaderManifest, ok bool, err error) {
+	prefix := table + "/base/_manifest/"
+	infos, err := store.List(ctx, prefix)
+	if err != nil {
+		return m, false, err
+	}
+	latest := ""
+	for _, in := range infos {
+		n := strings.TrimPrefix(in.Name, prefix)
+		if len(n) == len(ReaderManifestName(0)) && strings.HasSuffix(n, ".json") && n > latest {
+			latest = n
+		}
+	}
+	if latest == "" {
+		return m, false, nil
+	}
+	m, err = readStoreReaderManifest(ctx, store, prefix+latest)
+	return m, err == nil, err
+}
+
+func readStoreReaderManifest(ctx context.Context, store objstore.Store, key string) (m ReaderManifest, err error) {
+	obj, err := store.Open(ctx, key)
+	if err != nil {
+		return m, err
+	}
+	defer obj.Close()
+	data, err := fetchObject(obj)
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return m, fmt.Errorf("publish: readers' manifest %s: %w", objectURL(store, key), err)
+	}
+	return m, nil
+}
+
+// LatestReaderManifest reads the newest readers' manifest of the base,
+// wherever it lives: under BaseDir, or with Options.Store in the store
+// (LatestStoreReaderManifest). ok is false when there is none.
+func (c *Coordinator) LatestReaderManifest(ctx context.Context) (ReaderManifest, bool, error) {
+	if c.opts.Store != nil {
+		return LatestStoreReaderManifest(ctx, c.opts.Store, c.opts.Table)
+	}
+	return LatestReaderManifest(c.opts.FS, c.baseDir)
 }

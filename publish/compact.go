@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"path/filepath"
 	"slices"
 	"strconv"
 
@@ -163,8 +162,7 @@ func (c *Coordinator) compactGroup(ctx context.Context, ps passSchema, g []shard
 	var meta generation.Meta
 	var want int64
 	for _, bf := range g {
-		p := filepath.Join(c.baseDir, filepath.FromSlash(bf.Path))
-		m, d, err := ps.readInto(c, p, 0)
+		m, d, err := c.readBase(ctx, ps, bf.Path)
 		if err != nil {
 			return shardmeta.BaseFile{}, fmt.Errorf("publish: compact shard %q: %w", shard, err)
 		}
@@ -180,9 +178,7 @@ func (c *Coordinator) compactGroup(ctx context.Context, ps passSchema, g []shard
 	}
 	sorted := bySeq(ps.schema, all)
 	meta.Table, meta.Shard = c.opts.Table, shard
-	dir := filepath.Join(c.baseDir, "data", shard)
-	f, err := generation.Write(ctx, generation.Options{FS: c.opts.FS, Codec: c.opts.Codec, Logger: c.opts.Logger, IndexCRCInName: true},
-		dir, ps.schema, meta, sorted)
+	f, err := c.writeBaseFile(ctx, shard, ps.schema, meta, sorted)
 	if err != nil {
 		return shardmeta.BaseFile{}, fmt.Errorf("publish: compact shard %q: %w", shard, err)
 	}

@@ -78,8 +78,14 @@ type Options struct {
 	// local gen directories, which may be on another machine. A generation
 	// missing from the store fails the pass naming the object (nothing is
 	// committed; the next pass tries again). Nil reads the local files
-	// under DataDir. The base (data files, Iceberg metadata, readers'
-	// manifests) stays under DataDir either way in this version.
+	// under DataDir. With a store the base lives there too, under the
+	// object prefix <table>/base/ (see basestore.go): its Iceberg table
+	// at catalog.StoreLocation(Store, "<table>/base"), its data files
+	// uploaded there and registered at their store locations, its readers'
+	// manifests under _manifest/; nothing of the base is written under
+	// DataDir. New refuses a store for a table whose base exists in the
+	// local directory (or whose Iceberg table is anywhere else): a base is
+	// never migrated silently.
 	Store objstore.Store
 	// Schema is the configured schema: New checks it against the table's
 	// current schema version (shardmeta.EnsureSchema; a table without a
@@ -245,6 +251,9 @@ func New(ctx context.Context, opts Options) (*Coordinator, error) {
 		baseDir: baseDir,
 	}
 	if err := c.openBaseTable(); err != nil {
+		return nil, err
+	}
+	if err := c.checkBaseHome(ctx); err != nil {
 		return nil, err
 	}
 	m, err := newMetrics(opts.Registerer, opts.Table)

@@ -45,7 +45,9 @@
 //	        ErrSchemaMoved, replan); drop ids seen earlier in the pass; for
 //	        ID-check generations drop ids already in the base (see below);
 //	        write the rest as a new base file (generation.Write: temp,
-//	        fsync, rename, dir fsync; bloom filter on id) recording its
+//	        fsync, rename, dir fsync; bloom filter on id; with
+//	        Options.Store written in memory and uploaded, If-None-Match,
+//	        as <table>/base/data/<shard>/<name>) recording its
 //	        shard and position range in the state; stop at a whole
 //	        generation once MemoryBudget is used
 //	Commit  check every staged generation is still in its shard manifest

@@ -75,11 +75,11 @@ func (t *baseTable) keepManifests(live map[string]bool) {
 
 func (c *Coordinator) openBaseTable() error {
 	cat, err := catalog.New(catalog.Options{Client: c.cli, Prefix: catalog.BasePrefix(c.opts.Prefix, c.opts.Table),
-		FS: c.opts.FS, RequestTimeout: c.opts.RequestTimeout, Logger: c.opts.Logger})
+		FS: c.opts.FS, Store: c.opts.Store, RequestTimeout: c.opts.RequestTimeout, Logger: c.opts.Logger})
 	if err != nil {
 		return err
 	}
-	c.table = &baseTable{cat: cat, ident: catalog.BaseIdent(c.opts.Table), location: c.baseDir,
+	c.table = &baseTable{cat: cat, ident: catalog.BaseIdent(c.opts.Table), location: c.baseLocation(),
 		manifests: map[string][]shardmeta.BaseFile{}, lists: map[string][]iceberg.ManifestFile{}, readers: map[string][]string{}}
 	return nil
 }
@@ -146,7 +146,7 @@ func (c *Coordinator) baseOf(ctx context.Context, tbl *table.Table, want uint64)
 	if snap == nil {
 		return b, nil
 	}
-	b.files, err = c.table.snapshotFiles(ctx, tbl, snap, c.baseDir)
+	b.files, err = c.table.snapshotFiles(ctx, tbl, snap, c.baseLocation())
 	return b, err
 }
 
@@ -165,8 +165,8 @@ func tableVersion(tbl *table.Table) (uint64, error) {
 }
 
 // snapshotFiles lists the data files of snap from its manifests (each
-// manifest read once per coordinator).
-func (t *baseTable) snapshotFiles(ctx context.Context, tbl *table.Table, snap *table.Snapshot, baseDir string) ([]shardmeta.BaseFile, error) {
+// manifest read once per coordinator); base is the base's location.
+func (t *baseTable) snapshotFiles(ctx context.Context, tbl *table.Table, snap *table.Snapshot, base string) ([]shardmeta.BaseFile, error) {
 	fio, err := tbl.FS(ctx)
 	if err != nil {
 		return nil, err
@@ -182,7 +182,7 @@ func (t *baseTable) snapshotFiles(ctx context.Context, tbl *table.Table, snap *t
 			return nil, fmt.Errorf("%w: snapshot %d has a delete manifest %s (base tables hold data files only)", ErrInvalidState, snap.SnapshotID, mf.FilePath())
 		}
 		live[mf.FilePath()] = true
-		files, err := t.manifestFiles(fio, mf, baseDir)
+		files, err := t.manifestFiles(fio, mf, base)
 		if err != nil {
 			return nil, err
 		}
@@ -196,7 +196,7 @@ func (t *baseTable) snapshotFiles(ctx context.Context, tbl *table.Table, snap *t
 	return out, nil
 }
 
-func (t *baseTable) manifestFiles(fio icebergio.IO, mf iceberg.ManifestFile, baseDir string) ([]shardmeta.BaseFile, error) {
+func (t *baseTable) manifestFiles(fio icebergio.IO, mf iceberg.ManifestFile, base string) ([]shardmeta.BaseFile, error) {
 	if files, ok := t.manifests[mf.FilePath()]; ok {
 		return files, nil
 	}
@@ -206,7 +206,7 @@ func (t *baseTable) manifestFiles(fio icebergio.IO, mf iceberg.ManifestFile, bas
 	}
 	files := make([]shardmeta.BaseFile, 0, len(entries))
 	for _, e := range entries {
-		f, err := baseFileOf(e.DataFile(), baseDir)
+		f, err := baseFileOf(e.DataFile(), base)
 		if err != nil {
 			return nil, fmt.Errorf("%w: manifest %s: %w", ErrInvalidState, mf.FilePath(), err)
 		}
@@ -217,14 +217,15 @@ func (t *baseTable) manifestFiles(fio icebergio.IO, mf iceberg.ManifestFile, bas
 }
 
 // baseFileOf is what the ID check needs of a registered data file: its
-// path under the base, its shard (from the path), its _seq range (from the
-// bounds of field 2) and its index checksum (from its name).
-func baseFileOf(df iceberg.DataFile, baseDir string) (shardmeta.BaseFile, error) {
-	rel, err := filepath.Rel(baseDir, strings.TrimPrefix(df.FilePath(), "file://"))
-	if err != nil || !strings.HasPrefix(rel, "data"+string(filepath.Separator)) {
-		return shardmeta.BaseFile{}, fmt.Errorf("data file %s is not under %s", df.FilePath(), filepath.Join(baseDir, "data"))
+// path under the base (at location base), its shard (from the path), its
+// _seq range (from the bounds of field 2) and its index checksum (from its
+// name).
+func baseFileOf(df iceberg.DataFile, base string) (shardmeta.BaseFile, error) {
+	rel, err := relOf(df.FilePath(), base)
+	if err != nil {
+		return shardmeta.BaseFile{}, err
 	}
-	f := shardmeta.BaseFile{Path: filepath.ToSlash(rel), Rows: df.Count(), Bytes: df.FileSizeBytes()}
+	f := shardmeta.BaseFile{Path: rel, Rows: df.Count(), Bytes: df.FileSizeBytes()}
 	parts := strings.Split(f.Path, "/")
 	lo, okLo := df.LowerBoundValues()[catalog.SeqFieldID]
 	hi, okHi := df.UpperBoundValues()[catalog.SeqFieldID]
@@ -245,7 +246,7 @@ func baseFileOf(df iceberg.DataFile, baseDir string) (shardmeta.BaseFile, error)
 func (c *Coordinator) icebergFiles(files []shardmeta.BaseFile) []catalog.File {
 	out := make([]catalog.File, 0, len(files))
 	for _, f := range files {
-		out = append(out, catalog.File{Path: filepath.Join(c.baseDir, filepath.FromSlash(f.Path)),
+		out = append(out, catalog.File{Path: c.fileLocation(f.Path),
 			Rows: f.Rows, Bytes: f.Bytes, SeqFirst: f.SeqFirst, SeqLast: f.SeqLast})
 	}
 	return out
@@ -289,9 +290,13 @@ type Base struct {
 	// MetadataLocation is the Iceberg table's current metadata file;
 	// empty before the first coordinator created the table.
 	MetadataLocation string
-	// Files are paths relative to the base directory, as in the state
+	// Files are paths relative to the base (Location), as in the state
 	// before the table was Iceberg.
 	Files []shardmeta.BaseFile
+	// Location is where the base lives: the local base directory, or with
+	// Options.Store its store location (s3://bucket/prefix/<table>/base).
+	// File f is at Location + "/" + f.Path.
+	Location string
 }
 
 // LoadBase reads the committed base without taking the lock or writing
@@ -320,7 +325,7 @@ func LoadBase(ctx context.Context, opts Options) (*Base, error) {
 	if err != nil {
 		return nil, stateErr(err)
 	}
-	out := &Base{Version: st.Version, Shards: st.Shards, Files: st.Files}
+	out := &Base{Version: st.Version, Shards: st.Shards, Files: st.Files, Location: c.baseLocation()}
 	b, err := c.loadBase(ctx, st.Version)
 	switch {
 	case errors.Is(err, icecat.ErrNoSuchTable), err != nil && len(st.Files) > 0:

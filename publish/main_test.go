@@ -29,6 +29,7 @@ import (
 	"github.com/rollwal/rollwal/internal/etcdembed/etcdtest"
 	"github.com/rollwal/rollwal/internal/pyenv"
 	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/objstore"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
 )
@@ -81,6 +82,11 @@ type env struct {
 	table string
 	opts  engine.Options
 	ids   map[string]bool
+	// store is the object store of the last coordinator opened with one
+	// (Options.Store): the base then lives there.
+	store objstore.Store
+	// checked: checkBase ran (it runs once, before a store's server stops).
+	checked bool
 }
 
 func newEnv(t *testing.T) *env {
@@ -165,6 +171,14 @@ func (e *env) coordinator(mod ...func(*Options)) *Coordinator {
 	o := Options{Etcd: etcdClient, Prefix: "rollwal", Table: e.table, DataDir: e.dir, FS: e.fs, LeaseTTL: 5 * time.Second, OrphanGrace: -1}
 	for _, f := range mod {
 		f(&o)
+	}
+	if o.Store != nil && e.store == nil {
+		// Cleanups run last-registered first: this one runs before the
+		// store's server (started before this call) is stopped.
+		e.t.Cleanup(e.checkBase)
+	}
+	if o.Store != nil {
+		e.store = o.Store
 	}
 	c, err := New(e.ctx, o)
 	if err != nil {
@@ -263,7 +277,7 @@ func (e *env) drainTo(shard string, cursor uint64) {
 // (nil before the first coordinator created it).
 func (e *env) baseTable() *table.Table {
 	e.t.Helper()
-	cat, err := catalog.New(catalog.Options{Client: etcdClient, Prefix: catalog.BasePrefix("rollwal", e.table), FS: e.fs.FS})
+	cat, err := catalog.New(catalog.Options{Client: etcdClient, Prefix: catalog.BasePrefix("rollwal", e.table), FS: e.fs.FS, Store: e.store})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -301,13 +315,43 @@ func (e *env) baseFiles() []shardmeta.BaseFile {
 	}
 	var out []shardmeta.BaseFile
 	for _, task := range tasks {
-		rel, err := filepath.Rel(e.baseDir(), task.File.FilePath())
+		rel, err := relOf(task.File.FilePath(), e.baseLocation())
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		out = append(out, shardmeta.BaseFile{Path: filepath.ToSlash(rel), Rows: task.File.Count(), Bytes: task.File.FileSizeBytes()})
+		out = append(out, shardmeta.BaseFile{Path: rel, Rows: task.File.Count(), Bytes: task.File.FileSizeBytes()})
 	}
 	return out
+}
+
+// baseLocation is the base's location: the store's when the base is in
+// one, else the base directory.
+func (e *env) baseLocation() string {
+	if e.store != nil {
+		return catalog.StoreLocation(e.store, e.table+"/base")
+	}
+	return e.baseDir()
+}
+
+// readBaseFile reads the base file at rel (relative to the base) from
+// wherever the base lives.
+func (e *env) readBaseFile(rel string) (generation.Data, error) {
+	if e.store == nil {
+		_, d, err := generation.ReadStored(e.fs.FS, filepath.Join(e.baseDir(), filepath.FromSlash(rel)))
+		return d, err
+	}
+	key := e.table + "/base/" + rel
+	_, d, err := readStoredObject(e.ctx, e.store, key, objectURL(e.store, key))
+	return d, err
+}
+
+// latestReaderManifest is the newest readers' manifest, wherever the base
+// lives.
+func (e *env) latestReaderManifest() (ReaderManifest, bool, error) {
+	if e.store != nil {
+		return LatestStoreReaderManifest(e.ctx, e.store, e.table)
+	}
+	return LatestReaderManifest(e.fs.FS, e.baseDir())
 }
 
 func (e *env) baseDir() string {
@@ -324,7 +368,7 @@ func (e *env) baseIDs() (map[string]int, int64) {
 	ids := map[string]int{}
 	var rows int64
 	for _, f := range e.baseFiles() {
-		_, d, err := generation.ReadStored(e.fs.FS, filepath.Join(e.baseDir(), filepath.FromSlash(f.Path)))
+		d, err := e.readBaseFile(f.Path)
 		if err != nil {
 			e.t.Fatalf("base file %s: %v", f.Path, err)
 		}
@@ -347,9 +391,10 @@ func (e *env) baseIDs() (map[string]int, int64) {
 // ROLLWAL_PYTHON is set) read the same.
 func (e *env) checkBase() {
 	t := e.t
-	if t.Failed() {
+	if t.Failed() || e.checked {
 		return
 	}
+	e.checked = true
 	ids, rows := e.baseIDs()
 	if int64(len(ids)) != rows {
 		for id, n := range ids {
@@ -364,7 +409,7 @@ func (e *env) checkBase() {
 		return
 	}
 	e.checkScan(st.Version, ids)
-	m, ok, err := LatestReaderManifest(e.fs.FS, e.baseDir())
+	m, ok, err := e.latestReaderManifest()
 	if err != nil || !ok {
 		t.Fatalf("readers' manifest: ok=%v err=%v", ok, err)
 	}
@@ -375,8 +420,8 @@ func (e *env) checkBase() {
 	if tbl := e.baseTable(); m.IcebergMetadata != tbl.MetadataLocation() {
 		t.Fatalf("readers' manifest v%d names metadata %s, the catalog %s", m.Version, m.IcebergMetadata, tbl.MetadataLocation())
 	}
-	if e.mem != nil {
-		return // the base is in this process's memory only
+	if e.mem != nil || e.store != nil {
+		return // the base is in this process's memory only, or in a store (its tests read it back themselves)
 	}
 	py := pyenv.Optional(t, "the base read back by pyarrow, pyiceberg and DuckDB")
 	if py == "" {

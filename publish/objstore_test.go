@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -148,8 +149,14 @@ func (e *env) noLocalGenerations() {
 // wantNothingCommitted: the base is still empty.
 func (e *env) wantNothingCommitted(what string) {
 	e.t.Helper()
-	if st, _ := e.state(); st.Version != 0 || len(e.baseFiles()) != 0 {
-		e.t.Fatalf("%s: the pass committed (base version %d, %d files)", what, st.Version, len(e.baseFiles()))
+	st, _ := e.state()
+	if st.Version != 0 {
+		e.t.Fatalf("%s: the pass committed (base version %d)", what, st.Version)
+	}
+	// With the base in the store (whose server may be down) the state
+	// alone says; a local base is checked for files too.
+	if e.store == nil && len(e.baseFiles()) != 0 {
+		e.t.Fatalf("%s: the pass committed %d files", what, len(e.baseFiles()))
 	}
 }
 
@@ -331,38 +338,45 @@ func TestStageStoreDownFailsThePass(t *testing.T) {
 // TestStageFetchesAGenerationInFewRequests: a generation object is read in
 // fetchChunk-sized ranged GETs (here one, after the HEAD of Open), not in
 // parquet-go's small reads, which cost a GET each on S3 (about 18 for
-// each of these 2,000-row generations).
+// each of these 2,000-row generations). The base is in the store too, so
+// only the requests for generation objects are counted: on S3 each Open
+// is one HEAD and each ReadAt one GET.
 func TestStageFetchesAGenerationInFewRequests(t *testing.T) {
 	e := newMemEnv(t)
 	srv := s3test.Start(t)
-	reg := prometheus.NewPedanticRegistry()
-	store := openS3StoreWith(t, srv, reg)
+	store := &genCountingStore{Store: openS3Store(t, srv), prefix: e.table + "/shards/"}
 	e.putStoredGenerations(store, "s0", 2000, 2000)
 	e.runOnce(e.coordinator(withStore(store)))
 	e.wantAllIDs()
-	count := func(op string) float64 {
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var n float64
-		for _, mf := range mfs {
-			if mf.GetName() != "writer_objstore_requests_total" {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "op" && l.GetValue() == op {
-						n += m.GetCounter().GetValue()
-					}
-				}
-			}
-		}
-		return n
+	if gets, heads := store.reads.Load(), store.opens.Load(); gets != 2 || heads != 2 {
+		t.Fatalf("merging 2 generations took %v GETs and %v HEADs of generation objects, want 2 and 2", gets, heads)
 	}
-	if gets, heads := count("GetObject"), count("HeadObject"); gets != 2 || heads != 2 {
-		t.Fatalf("merging 2 generations took %v GETs and %v HEADs, want 2 and 2", gets, heads)
+}
+
+// genCountingStore counts the Opens and ReadAts of objects under prefix.
+type genCountingStore struct {
+	objstore.Store
+	prefix       string
+	opens, reads atomic.Int64
+}
+
+func (s *genCountingStore) Open(ctx context.Context, name string) (objstore.Object, error) {
+	obj, err := s.Store.Open(ctx, name)
+	if err != nil || !strings.HasPrefix(name, s.prefix) {
+		return obj, err
 	}
+	s.opens.Add(1)
+	return countingObject{Object: obj, reads: &s.reads}, nil
+}
+
+type countingObject struct {
+	objstore.Object
+	reads *atomic.Int64
+}
+
+func (o countingObject) ReadAt(p []byte, off int64) (int, error) {
+	o.reads.Add(1)
+	return o.Object.ReadAt(p, off)
 }
 
 // chunkObject is an in-memory Object that records its reads and may hold

@@ -13,6 +13,7 @@ import (
 
 	"github.com/apache/iceberg-go/table"
 
+	"github.com/rollwal/rollwal/catalog"
 	"github.com/rollwal/rollwal/shardmeta"
 )
 
@@ -61,13 +62,14 @@ func (c *Coordinator) RemoveOrphans(ctx context.Context) (Orphans, error) {
 	if err := c.checkLock(ctx); err != nil {
 		return out, err
 	}
-	if out.ReaderManifests, err = c.pruneReaderManifests(live); err != nil {
-		return out, err
-	}
-	if out.DataFiles, err = c.sweepData(live); err != nil {
-		return out, err
-	}
-	if out.MetadataFiles, err = c.sweep(filepath.Join(c.baseDir, "metadata"), live); err != nil {
+	if c.opts.Store != nil {
+		for _, f := range st.Files {
+			live[c.fileLocation(f.Path)] = true // a legacy state's own list
+		}
+		if out, err = c.sweepStore(ctx, live); err != nil {
+			return out, err
+		}
+	} else if err := c.sweepLocal(&out, live); err != nil {
 		return out, err
 	}
 	c.table.commitsSinceSweep = 0
@@ -103,12 +105,12 @@ func (c *Coordinator) liveFiles(ctx context.Context, tbl *table.Table) (map[stri
 			}
 			manifests[mf.FilePath()] = true
 			live[mf.FilePath()] = true
-			files, err := c.table.manifestFiles(fio, mf, c.baseDir)
+			files, err := c.table.manifestFiles(fio, mf, c.baseLocation())
 			if err != nil {
 				return nil, err
 			}
 			for _, f := range files {
-				live[filepath.Join(c.baseDir, filepath.FromSlash(f.Path))] = true
+				live[c.fileLocation(f.Path)] = true
 			}
 		}
 	}
@@ -119,6 +121,19 @@ func (c *Coordinator) liveFiles(ctx context.Context, tbl *table.Table) (map[stri
 		}
 	}
 	return live, nil
+}
+
+// sweepLocal is RemoveOrphans' sweep of the local base directory.
+func (c *Coordinator) sweepLocal(out *Orphans, live map[string]bool) error {
+	var err error
+	if out.ReaderManifests, err = c.pruneReaderManifests(live); err != nil {
+		return err
+	}
+	if out.DataFiles, err = c.sweepData(live); err != nil {
+		return err
+	}
+	out.MetadataFiles, err = c.sweep(filepath.Join(c.baseDir, "metadata"), live)
+	return err
 }
 
 // pruneReaderManifests deletes all but the newest KeepReaderManifests
@@ -221,4 +236,73 @@ func (c *Coordinator) young(p string) bool {
 	}
 	info, err := c.opts.FS.Stat(p)
 	return err == nil && time.Since(info.ModTime()) < c.opts.OrphanGrace
+}
+
+// sweepStore is RemoveOrphans' sweep of a base in the object store: it
+// lists the objects under <table>/base/, prunes the readers' manifests
+// (adding the files the kept ones name to live), then deletes every
+// object under data/ and metadata/ that live does not hold and that is
+// older than the grace. An object a failed or unknown-outcome upload left
+// is named by no commit, so it goes once it is past the grace.
+func (c *Coordinator) sweepStore(ctx context.Context, live map[string]bool) (Orphans, error) {
+	var out Orphans
+	store, prefix := c.opts.Store, c.baseKeyPrefix()
+	infos, err := store.List(ctx, prefix)
+	if err != nil {
+		return out, fmt.Errorf("publish: list orphans: %w", err)
+	}
+	var versions []string
+	for _, in := range infos {
+		n, ok := strings.CutPrefix(in.Name, prefix+"_manifest/")
+		if ok && len(n) == len(ReaderManifestName(0)) && strings.HasSuffix(n, ".json") {
+			versions = append(versions, n)
+		}
+	}
+	slices.Sort(versions)
+	cut := max(len(versions)-KeepReaderManifests, 0)
+	kept := map[string][]string{}
+	for _, n := range versions[cut:] {
+		paths, ok := c.table.readers[n]
+		if !ok {
+			m, err := readStoreReaderManifest(ctx, store, prefix+"_manifest/"+n)
+			if err != nil {
+				return out, err
+			}
+			for _, f := range m.Files {
+				paths = append(paths, c.fileLocation(f.Path))
+			}
+		}
+		kept[n] = paths
+		for _, p := range paths {
+			live[p] = true
+		}
+	}
+	c.table.readers = kept
+	for _, n := range versions[:cut] {
+		if err := store.Delete(ctx, prefix+"_manifest/"+n); err != nil {
+			return out, fmt.Errorf("publish: remove readers' manifest: %w", err)
+		}
+		out.ReaderManifests++
+	}
+	for _, in := range infos {
+		rel := strings.TrimPrefix(in.Name, prefix)
+		count := &out.DataFiles
+		switch {
+		case strings.HasPrefix(rel, "data/"):
+		case strings.HasPrefix(rel, "metadata/"):
+			count = &out.MetadataFiles
+		default:
+			continue // the readers' manifests (above), or not ours
+		}
+		loc := catalog.StoreLocation(store, in.Name)
+		if live[loc] || c.opts.OrphanGrace >= 0 && time.Since(in.ModTime) < c.opts.OrphanGrace {
+			continue
+		}
+		if err := store.Delete(ctx, in.Name); err != nil {
+			return out, fmt.Errorf("publish: remove orphan: %w", err)
+		}
+		c.log.Debug("removed orphan object", "object", loc)
+		*count++
+	}
+	return out, nil
 }

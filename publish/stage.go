@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"path/filepath"
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/bloom"
 	"github.com/parquet-go/parquet-go/bloom/xxhash"
 
 	"github.com/rollwal/rollwal/generation"
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
 )
@@ -77,7 +75,7 @@ func (c *Coordinator) Stage(ctx context.Context, plan *Plan) (*Staged, error) {
 	if err != nil {
 		return nil, err
 	}
-	idx := newBaseIndex(c, base.files)
+	idx := newBaseIndex(ctx, c, base.files)
 	defer idx.close()
 	out := &Staged{Plan: plan, Complete: true}
 	seen := map[string]struct{}{}
@@ -179,12 +177,7 @@ func (c *Coordinator) stageGeneration(ctx context.Context, ps passSchema, shard 
 		c.log.Debug("generation holds no new rows", "shard", shard, "generation", pg.Number, "path", path)
 		return size, nil
 	}
-	dir := filepath.Join(c.baseDir, "data", shard)
-	if err := vfs.MkdirAllDurable(c.opts.FS, dir, 0o755); err != nil {
-		return 0, fmt.Errorf("publish: %w", err)
-	}
-	f, err := generation.Write(ctx, generation.Options{FS: c.opts.FS, Codec: c.opts.Codec, Logger: c.opts.Logger, IndexCRCInName: true}, dir, ps.schema,
-		generation.Meta{Table: c.opts.Table, Shard: shard, Generation: pg.Number, Epoch: meta.Epoch}, kept)
+	f, err := c.writeBaseFile(ctx, shard, ps.schema, generation.Meta{Table: c.opts.Table, Shard: shard, Generation: pg.Number, Epoch: meta.Epoch}, kept)
 	if err != nil {
 		return 0, fmt.Errorf("publish: shard %q generation %d: write base file: %w", shard, pg.Number, err)
 	}
@@ -218,6 +211,7 @@ func filter(s *schema.Schema, d generation.Data, keep []bool) generation.Data {
 // not of the base. Candidate ids pass the row group's bloom filter, then
 // the id column is streamed once to confirm them, one row group at a time.
 type baseIndex struct {
+	ctx    context.Context
 	c      *Coordinator
 	files  []shardmeta.BaseFile
 	open   map[string]*baseFile
@@ -227,14 +221,14 @@ type baseIndex struct {
 
 type baseFile struct {
 	path   string
-	f      vfs.File
+	f      io.Closer
 	pf     *parquet.File
 	idCol  int
 	seqCol int // -1 without a _seq column
 }
 
-func newBaseIndex(c *Coordinator, files []shardmeta.BaseFile) *baseIndex {
-	return &baseIndex{c: c, files: files, open: map[string]*baseFile{}}
+func newBaseIndex(ctx context.Context, c *Coordinator, files []shardmeta.BaseFile) *baseIndex {
+	return &baseIndex{ctx: ctx, c: c, files: files, open: map[string]*baseFile{}}
 }
 
 func (x *baseIndex) close() {
@@ -447,14 +441,13 @@ func (x *baseIndex) file(bf shardmeta.BaseFile) (*baseFile, error) {
 	if b, ok := x.open[bf.Path]; ok {
 		return b, nil
 	}
-	p := filepath.Join(x.c.baseDir, filepath.FromSlash(bf.Path))
-	f, err := x.c.opts.FS.Open(p)
+	r, size, f, p, err := x.c.openBase(x.ctx, bf.Path)
 	if err != nil {
 		return nil, fmt.Errorf("open base file: %w", err)
 	}
 	x.opened++
 	x.c.metrics.baseOpens.Inc()
-	b, err := openBaseFile(p, f, bf.IndexCRC)
+	b, err := openBaseFile(p, r, size, f, bf.IndexCRC)
 	if err != nil {
 		_ = f.Close()
 		return nil, fmt.Errorf("base file %s: %w", p, err)
@@ -466,18 +459,14 @@ func (x *baseIndex) file(bf shardmeta.BaseFile) (*baseFile, error) {
 // openBaseFile opens a base file for the ID check, after verifying its
 // index checksum when the state records one: a damaged bloom filter or
 // statistic would otherwise make the check skip a duplicate silently.
-func openBaseFile(p string, f vfs.File, indexCRC *uint32) (*baseFile, error) {
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
+func openBaseFile(p string, r io.ReaderAt, size int64, f io.Closer, indexCRC *uint32) (*baseFile, error) {
 	if indexCRC != nil {
-		if err := generation.VerifyIndex(f, st.Size(), p, *indexCRC); err != nil {
+		if err := generation.VerifyIndex(r, size, p, *indexCRC); err != nil {
 			return nil, err
 		}
 	}
 	var pf *parquet.File
-	if err := safely(func() (err error) { pf, err = parquet.OpenFile(f, st.Size()); return err }); err != nil {
+	if err := safely(func() (err error) { pf, err = parquet.OpenFile(r, size); return err }); err != nil {
 		return nil, err
 	}
 	id, ok := pf.Schema().Lookup(schema.IDColumn)

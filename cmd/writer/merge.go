@@ -292,7 +292,7 @@ func (o *mergeOptions) pass(ctx context.Context, c *publish.Coordinator, out io.
 		return err
 	}
 	rep := mergeReport{Table: o.table, Generations: res.Generations, RowsRead: res.RowsRead, RowsStaged: res.RowsStaged, Dropped: res.Dropped, Compacted: res.Compacted}
-	if m, ok, err := publish.LatestReaderManifest(vfs.Default, c.BaseDir()); err != nil {
+	if m, ok, err := c.LatestReaderManifest(ctx); err != nil {
 		return err
 	} else if ok {
 		rep.Base = m

@@ -19,9 +19,8 @@ import (
 	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/generation"
 	"github.com/rollwal/rollwal/internal/s3test"
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/objstore"
 	"github.com/rollwal/rollwal/publish"
-	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/server"
 )
 
@@ -96,8 +95,7 @@ func TestServeAndMergeWithObjectStorage(t *testing.T) {
 	if rep.Generations != 3 || rep.Base.Rows != int64(len(posted["rollouts"])) {
 		t.Fatalf("merge of rollouts: %+v; want 3 generations and %d rows", rep, len(posted["rollouts"]))
 	}
-	ids, _ := readBase(t, dir1)
-	checkExactlyOnce(t, "rollouts", ids, posted["rollouts"])
+	checkExactlyOnce(t, "rollouts", readStoreBase(t, srv, bucket, "rollouts"), posted["rollouts"])
 
 	// The merge from another data directory: the writer's embedded etcd
 	// (as a cluster elsewhere would be), the same bucket, nothing else.
@@ -111,12 +109,14 @@ func TestServeAndMergeWithObjectStorage(t *testing.T) {
 	if rep.Generations != 3 || rep.Base.Rows != int64(len(posted["events"])) {
 		t.Fatalf("merge of events from %s: %+v; want 3 generations and %d rows", dir2, rep, len(posted["events"]))
 	}
-	checkExactlyOnce(t, "events", readBaseDir(t, filepath.Join(dir2, "events", "base")), posted["events"])
+	checkExactlyOnce(t, "events", readStoreBase(t, srv, bucket, "events"), posted["events"])
 	if _, err := os.Stat(filepath.Join(dir2, "events", "shards")); !os.IsNotExist(err) {
 		t.Errorf("the second data directory has shard files (%v): its merge must have read the generations from the bucket", err)
 	}
-	if _, err := os.Stat(filepath.Join(dir1, "events", "base")); !os.IsNotExist(err) {
-		t.Errorf("the writer's data directory has a base of events (%v): only the second directory's merge published it", err)
+	for _, d := range []string{dir1, dir2} {
+		if _, err := os.Stat(filepath.Join(d, "events", "base")); !os.IsNotExist(err) {
+			t.Errorf("%s has a local base of events (%v): the base lives in the bucket", d, err)
+		}
 	}
 
 	// More rows after the merges; a merge of both tables, each from its
@@ -137,7 +137,7 @@ func TestServeAndMergeWithObjectStorage(t *testing.T) {
 		}
 		var got []string
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			if got = listBucket(t, srv, bucket, "tables/"+table+"/"); slices.Equal(got, want) || time.Now().After(deadline) {
+			if got = listBucket(t, srv, bucket, "tables/"+table+"/shards/"); slices.Equal(got, want) || time.Now().After(deadline) {
 				break
 			}
 		}
@@ -156,15 +156,14 @@ func TestServeAndMergeWithObjectStorage(t *testing.T) {
 	if rep = merge(t, "--config", cfg1, "--table", "rollouts"); rep.Generations != 1 {
 		t.Errorf("second merge of rollouts: %+v; want the one new generation", rep)
 	}
-	ids, _ = readBase(t, dir1)
-	checkExactlyOnce(t, "rollouts", ids, posted["rollouts"])
+	checkExactlyOnce(t, "rollouts", readStoreBase(t, srv, bucket, "rollouts"), posted["rollouts"])
 	p = startServe(t, "--config", cfg1)
 	rec = readEndpoint(dir1)
 	writeTestFile(t, cfg2, fmt.Sprintf("data_dir: %s\netcd: {endpoints: [%s]}\n%s%s", dir2, strings.Join(rec.rec.Endpoints, ", "), storage, tables))
 	if rep = merge(t, "--config", cfg2, "--table", "events"); rep.Generations != 1 {
 		t.Errorf("second merge of events: %+v; want the one new generation", rep)
 	}
-	checkExactlyOnce(t, "events", readBaseDir(t, filepath.Join(dir2, "events", "base")), posted["events"])
+	checkExactlyOnce(t, "events", readStoreBase(t, srv, bucket, "events"), posted["events"])
 	p.signal(t, syscall.SIGTERM)
 	if err := p.wait(t, time.Minute); err != nil {
 		t.Fatalf("serve: %v", err)
@@ -213,19 +212,33 @@ func listBucket(t *testing.T, srv *s3test.Server, bucket, prefix string) []strin
 	return keys
 }
 
-// readBaseDir counts the ids of a base through its latest readers'
-// manifest (readBase does so, with pyarrow too, for rollouts).
-func readBaseDir(t *testing.T, baseDir string) map[string]int {
+// readStoreBase counts the ids of table's base in the bucket: its latest
+// readers' manifest there, and each base file it names, read back from
+// the bucket as a reader elsewhere would.
+func readStoreBase(t *testing.T, srv *s3test.Server, bucket, table string) map[string]int {
 	t.Helper()
-	m, ok, err := publish.LatestReaderManifest(vfs.Default, baseDir)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	store, err := objstore.Open(ctx, "s3://"+bucket+"/tables", objstore.Options{
+		Endpoint: srv.Endpoint(), Region: srv.Region(), PathStyle: true, AccessKey: srv.AccessKey(), SecretKey: srv.SecretKey()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok, err := publish.LatestStoreReaderManifest(ctx, store, table)
 	if err != nil || !ok {
-		t.Fatalf("readers' manifest under %s: ok=%v err=%v", baseDir, ok, err)
+		t.Fatalf("readers' manifest of %s in the bucket: ok=%v err=%v", table, ok, err)
 	}
 	ids := map[string]int{}
 	for _, f := range m.Files {
-		_, d, err := generation.Read(vfs.Default, filepath.Join(baseDir, filepath.FromSlash(f.Path)), schema.Rollout())
+		key := table + "/base/" + f.Path
+		obj, err := store.Open(ctx, key)
 		if err != nil {
-			t.Fatalf("base file %s: %v", f.Path, err)
+			t.Fatalf("base file %s: %v", key, err)
+		}
+		_, d, err := generation.ReadStoredFrom(obj, obj.Size(), key)
+		obj.Close()
+		if err != nil {
+			t.Fatalf("base file %s: %v", key, err)
 		}
 		for _, id := range d.Rows.IDs {
 			ids[id]++

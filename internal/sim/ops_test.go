@@ -337,6 +337,16 @@ func (w *world) committedIDs(shard string, ids []string) map[string]bool {
 	}
 	if st, err := w.loadBase(ctx); err == nil {
 		for _, f := range st.Files {
+			if w.store != nil {
+				if _, d, err := w.readBaseFile(ctx, "", f.Path); err == nil {
+					for _, id := range d.Rows.IDs {
+						if want[id] {
+							found[id] = true
+						}
+					}
+				}
+				continue
+			}
 			look(filepath.Join(dataDir, w.table, "base", filepath.FromSlash(f.Path)))
 		}
 	}

@@ -1,9 +1,11 @@
 package sim
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -301,6 +303,9 @@ func (w *world) readBase(ctx context.Context) map[string][]copyOf {
 	}
 	baseDir := filepath.Join(dataDir, w.table, "base")
 	rm, ok, err := publish.LatestReaderManifest(w.fs, baseDir)
+	if w.store != nil {
+		rm, ok, err = publish.LatestStoreReaderManifest(ctx, w.store, w.table)
+	}
 	if st.Version == 0 {
 		if ok {
 			w.violatef("a readers' manifest (version %d) exists for base version 0", rm.Version)
@@ -328,7 +333,7 @@ func (w *world) readBase(ctx context.Context) map[string][]copyOf {
 	out := map[string][]copyOf{}
 	var rows int64
 	for _, f := range rm.Files {
-		meta, d, err := generation.ReadStored(w.fs, filepath.Join(baseDir, filepath.FromSlash(f.Path)))
+		meta, d, err := w.readBaseFile(ctx, baseDir, f.Path)
 		if err != nil {
 			w.violatef("base file %s: %v", f.Path, err)
 			return nil
@@ -351,7 +356,7 @@ func (w *world) readBase(ctx context.Context) map[string][]copyOf {
 // checkIcebergScan: iceberg-go's scan of the base table returns exactly the
 // ids the files hold, as many times as they hold them.
 func (w *world) checkIcebergScan(ctx context.Context, files map[string][]copyOf) {
-	cat, err := catalog.New(catalog.Options{Client: w.cli, Prefix: catalog.BasePrefix(prefix, w.table), FS: w.mem})
+	cat, err := catalog.New(catalog.Options{Client: w.cli, Prefix: catalog.BasePrefix(prefix, w.table), FS: w.mem, Store: w.store})
 	if err != nil {
 		w.violatef("catalog: %v", err)
 		return
@@ -383,4 +388,20 @@ func (w *world) checkIcebergScan(ctx context.Context, files map[string][]copyOf)
 	if len(got) != len(files) {
 		w.violatef("iceberg-go scan: %d distinct ids, the files hold %d", len(got), len(files))
 	}
+}
+
+func (w *world) readBaseFile(ctx context.Context, baseDir, rel string) (generation.Meta, generation.Data, error) {
+	if w.store == nil {
+		return generation.ReadStored(w.fs, filepath.Join(baseDir, filepath.FromSlash(rel)))
+	}
+	obj, err := w.store.Open(ctx, w.table+"/base/"+rel)
+	if err != nil {
+		return generation.Meta{}, generation.Data{}, err
+	}
+	defer obj.Close()
+	b := make([]byte, obj.Size())
+	if _, err := obj.ReadAt(b, 0); err != nil && err != io.EOF {
+		return generation.Meta{}, generation.Data{}, err
+	}
+	return generation.ReadStoredFrom(bytes.NewReader(b), int64(len(b)), rel)
 }

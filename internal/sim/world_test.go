@@ -736,7 +736,7 @@ func (w *world) checkReleased(shard string, h *host, what string) {
 // storage itself: an observer is not a process, so no fault of the
 // injector may hit it (or be consumed by it).
 func (w *world) loadBase(ctx context.Context) (*publish.Base, error) {
-	return publish.LoadBase(ctx, publish.Options{Etcd: w.cli, Prefix: prefix, Table: w.table, DataDir: dataDir, FS: w.mem, Schema: simSchema})
+	return publish.LoadBase(ctx, publish.Options{Etcd: w.cli, Prefix: prefix, Table: w.table, DataDir: dataDir, FS: w.mem, Schema: simSchema, Store: w.store})
 }
 
 // simSchema is the rollout schema with a list and a list of structs, so
