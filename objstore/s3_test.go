@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -448,31 +447,7 @@ func TestS3RacingMultipart(t *testing.T) {
 	for i := range payloads {
 		payloads[i] = storetest.Bytes(rng, objstore.MinPartSize+1+i)
 	}
-	errs := make([]error, racers)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range racers {
-		wg.Go(func() { <-start; errs[i] = createErr(s, "race", payloads[i]) })
-	}
-	close(start)
-	wg.Wait()
-	winner := -1
-	for i, err := range errs {
-		switch {
-		case err == nil && winner >= 0:
-			t.Errorf("racers %d and %d both succeeded", winner, i)
-		case err == nil:
-			winner = i
-		case !errors.Is(err, objstore.ErrExists):
-			t.Errorf("racer %d: %v", i, err)
-		}
-	}
-	if winner < 0 {
-		t.Fatal("no racer won")
-	}
-	if got := storetest.ReadAll(t, s, "race"); !bytes.Equal(got, payloads[winner]) {
-		t.Error("the object does not hold the winner's bytes")
-	}
+	storetest.RaceCreates(t, s, "race", payloads)
 }
 
 // TestS3Metrics: requests, bytes and latency are counted by operation.

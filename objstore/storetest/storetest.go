@@ -324,16 +324,22 @@ func testShortReader(t *testing.T, s objstore.Store, _ *rand.Rand) {
 // exactly one wins, every other gets ErrExists, and the object holds the
 // winner's bytes.
 func testRacingCreates(t *testing.T, s objstore.Store, rng *rand.Rand) {
-	const racers = 16
-	const name = "race/obj"
-	payloads := make([][]byte, racers)
+	payloads := make([][]byte, 16)
 	for i := range payloads {
 		payloads[i] = Bytes(rng, 50_000+i)
 	}
-	errs := make([]error, racers)
+	RaceCreates(t, s, "race/obj", payloads)
+}
+
+// RaceCreates has one goroutine per payload create name at once: exactly
+// one must succeed, every other get ErrExists, and the object hold the
+// winner's bytes.
+func RaceCreates(t testing.TB, s objstore.Store, name string, payloads [][]byte) {
+	t.Helper()
+	errs := make([]error, len(payloads))
 	start := make(chan struct{})
 	var wg sync.WaitGroup
-	for i := range racers {
+	for i := range payloads {
 		wg.Go(func() {
 			<-start
 			errs[i] = s.Create(context.Background(), name, bytes.NewReader(payloads[i]), int64(len(payloads[i])))
