@@ -121,9 +121,9 @@ func (s *Shard) appendBatch(ctx context.Context, b *schema.Batch, o AppendOption
 	}
 	if err := s.w.SyncTo(syncTo); err != nil {
 		err = s.walError(err)
-		if errors.Is(err, ErrNoSpace) {
+		if errors.Is(err, ErrNoSpace) || errors.Is(err, ErrStoreDown) {
 			// Queued for the WAL, and in the memtable: durable once
-			// space is back, lost in a crash before.
+			// space (or the store) is back, lost in a crash before.
 			err = fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
 		}
 		return Result{}, err

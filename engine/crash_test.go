@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/rollwal/rollwal/generation"
 	"github.com/rollwal/rollwal/internal/vfs"
 )
 
@@ -135,14 +136,43 @@ func TestCrashAtEveryWriteWithStore(t *testing.T) {
 	}
 }
 
+// TestCrashAtEveryWriteWithObjectWAL is TestCrashAtEveryWriteWithStore
+// with the WAL in the store too (WALObject): every create of a WAL object,
+// of a generation object and every local write is a crash point, and an
+// acknowledged row survives every one of them.
+func TestCrashAtEveryWriteWithObjectWAL(t *testing.T) {
+	ctx := context.Background()
+	points := 0
+	for k := int64(1); ; k++ {
+		completed := crashAtIn(t, ctx, k, true, WALObject)
+		points++
+		if completed {
+			break
+		}
+	}
+	t.Logf("crash points: %d", points)
+	if points < 100 {
+		t.Fatalf("only %d crash points: the workload is too small to cover the write paths", points)
+	}
+}
+
 // crashAt runs one crash point and reports whether the workload completed
 // before reaching it.
 func crashAt(t *testing.T, ctx context.Context, k int64) bool { return crashAtWith(t, ctx, k, false) }
 
 func crashAtWith(t *testing.T, ctx context.Context, k int64, withStore bool) bool {
+	return crashAtIn(t, ctx, k, withStore, WALLocal)
+}
+
+// crashAtIn is crashAt with generations in a store or not, and the WAL of
+// the given backend (WALObject needs the store). With the WAL in the store
+// the bucket is cut to what its filesystem synced, as the machine is:
+// acknowledged rows must survive from the store's own durability.
+func crashAtIn(t *testing.T, ctx context.Context, k int64, withStore bool, backend WALBackend) bool {
 	mem := vfs.NewStrictMem()
 	inj := &vfs.Injector{}
 	opts := testOptions(vfs.Inject(mem, inj), tableName(t, fmt.Sprintf("-k%d", k)))
+	opts.WALBackend = backend
 	bucket := vfs.NewStrictMem()
 	if withStore {
 		opts.Store = storeOn(t, vfs.Inject(bucket, inj))
@@ -156,7 +186,10 @@ func crashAtWith(t *testing.T, ctx context.Context, k int64, withStore bool) boo
 	if !inj.Crashed() {
 		t.Fatalf("crash point %d: workload failed without a crash: %v", k, err)
 	}
-	if withStore {
+	switch {
+	case backend == WALObject:
+		opts.Store = storeOn(t, bucket.CrashClone())
+	case withStore:
 		opts.Store = storeOn(t, bucket)
 	}
 	verifyAfterCrash(t, ctx, k, mem.CrashClone(), opts, w)
@@ -206,7 +239,7 @@ func checkStoreHoldsCommitted(t *testing.T, ctx context.Context, k int64, fs vfs
 		checkObjectIsFile(t, opts.Store, fs, opts, g.File)
 		named[g.File] = true
 	}
-	infos, err := opts.Store.List(ctx, "")
+	infos, err := opts.Store.List(ctx, path.Dir(generation.ObjectKey(opts.Table, "s0", "x"))+"/")
 	if err != nil {
 		t.Fatal(err)
 	}

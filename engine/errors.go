@@ -42,6 +42,12 @@ var (
 	// (retry later) and of syscall.ENOSPC. (A failed fsync is never
 	// ErrNoSpace: it is ErrStopped, whatever its cause.)
 	ErrNoSpace error = noSpaceError{}
+	// ErrStoreDown: the object store does not take the WAL's objects
+	// (WALObject): unreachable, refusing or throttling past its retries.
+	// Nothing of the rows was acknowledged. Like ErrNoSpace the shard
+	// refuses appends, retries by itself and takes appends again once the
+	// store does; it is a kind of ErrBackpressure (retry later).
+	ErrStoreDown = fmt.Errorf("%w: the object store does not take the WAL", ErrBackpressure)
 	// ErrReplay: the WAL holds something replay must not accept (an epoch
 	// above the claimed one, overlapping positions).
 	ErrReplay = errors.New("engine: replay refused")

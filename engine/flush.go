@@ -123,6 +123,7 @@ func (s *Shard) afterProducerCommit(prev, next *shardmeta.Manifest) {
 	s.expireLive()
 	s.mu.Unlock()
 	s.removeStaleProducerFiles()
+	s.removeStaleProducerObjects(context.Background())
 }
 
 // pendingCommit is a generation whose manifest commit ended without a
@@ -150,7 +151,7 @@ func (s *Shard) prepareCommit(ctx context.Context, m *memtable.Memtable) (genera
 		}
 	}
 	next := s.nextManifest(m, f)
-	if err := s.stageProducerState(m, next); err != nil {
+	if err := s.stageProducerState(ctx, m, next); err != nil {
 		return generation.File{}, nil, err
 	}
 	gone, kept := drained(next, s.baseWatermark(ctx))

@@ -71,6 +71,11 @@ func committed(t testing.TB, fs vfs.FS, opts Options, shard string) (map[string]
 	}
 	for _, g := range m.Flushed {
 		_, d, err := generation.Read(fs, filepath.Join(dir, g.File), sch)
+		if opts.Store != nil {
+			// The store is where everyone else reads: a successor on
+			// another machine holds none of the files.
+			d, err = readGenerationObject(opts, shard, g.File)
+		}
 		if err != nil {
 			t.Fatalf("committed generation %d (%s): %v", g.Number, g.File, err)
 		}
@@ -90,4 +95,15 @@ func memtableIDs(s *Shard) map[string]int {
 		}
 	}
 	return ids
+}
+
+// readGenerationObject reads a committed generation from opts.Store.
+func readGenerationObject(opts Options, shard, file string) (generation.Data, error) {
+	obj, err := opts.Store.Open(context.Background(), generation.ObjectKey(opts.Table, shard, file))
+	if err != nil {
+		return generation.Data{}, err
+	}
+	defer obj.Close()
+	_, d, err := generation.ReadStoredFrom(obj, obj.Size(), file)
+	return d, err
 }

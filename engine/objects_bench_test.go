@@ -17,6 +17,7 @@ import (
 // Each op appends 20,000 rows and flushes them; the appends are off the
 // clock. It reports rows/s and MB/s of generation bytes.
 func BenchmarkFlushToStore(b *testing.B) {
+	srv, skip := s3test.StartBench(b)
 	for _, name := range []string{"local", "file-store", "s3-versitygw"} {
 		b.Run(name, func(b *testing.B) {
 			opts := testOptions(vfs.Default, tableName(b, ""))
@@ -25,7 +26,9 @@ func BenchmarkFlushToStore(b *testing.B) {
 			case "file-store":
 				opts.Store = openBenchStore(b, "file://"+b.TempDir(), objstore.Options{})
 			case "s3-versitygw":
-				srv := s3test.Start(b)
+				if srv == nil {
+					b.Skip(skip)
+				}
 				tr := http.DefaultTransport.(*http.Transport).Clone()
 				b.Cleanup(tr.CloseIdleConnections)
 				opts.Store = openBenchStore(b, "s3://"+srv.Bucket(b)+"/t", objstore.Options{

@@ -57,6 +57,14 @@ type Options struct {
 	// smaller); negative reserves nothing; otherwise 64 KiB up to
 	// WALSegmentSize.
 	WALPreallocate int64
+	// WALBackend is where the WAL lives: WALLocal (default), segment files
+	// under DataDir, or WALObject, one object per group commit in Store
+	// (required then), so that a writer on another machine replays the
+	// tail. docs/objstore.md says which to choose.
+	WALBackend WALBackend
+	// WALObjectSize bounds one WAL object with WALObject: a group commit
+	// above it is split between records. Default wal.DefaultObjectSize.
+	WALObjectSize int
 	// WALCompression compresses WAL record payloads; default none.
 	WALCompression wal.Compression
 	// Codec is the generation files' Parquet codec; default "snappy".
@@ -176,6 +184,10 @@ func (o *Options) EnsureDefaults() {
 	if o.Codec == "" {
 		o.Codec = "snappy"
 	}
+	if o.WALBackend == "" {
+		o.WALBackend = WALLocal
+	}
+	setDefault(&o.WALObjectSize, wal.DefaultObjectSize)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -205,6 +217,9 @@ func (o *Options) Validate() error {
 	check(o.WALSegmentSize < 64<<10, "WAL segment size %d is below 64 KiB", o.WALSegmentSize)
 	check(o.WALPreallocate > 0 && (o.WALPreallocate < 64<<10 || o.WALPreallocate > o.WALSegmentSize),
 		"WAL preallocate %d must be from 64 KiB to the WAL segment size %d (or negative to reserve nothing)", o.WALPreallocate, o.WALSegmentSize)
+	check(o.WALBackend != WALLocal && o.WALBackend != WALObject, "unknown WAL backend %q (want %q or %q)", o.WALBackend, WALLocal, WALObject)
+	check(o.WALBackend == WALObject && o.Store == nil, "the WAL backend %q needs an object store (Options.Store)", WALObject)
+	check(o.WALObjectSize < 64<<10 || o.WALObjectSize > wal.MaxPayloadSize, "WAL object size %d must be from 64 KiB to %d", o.WALObjectSize, wal.MaxPayloadSize)
 	check(o.FlushBytes <= 0, "flush bytes %d must be positive", o.FlushBytes)
 	check(o.MemoryBudget < o.FlushBytes, "memory budget %d is below flush bytes %d: a memtable could never fill", o.MemoryBudget, o.FlushBytes)
 	check(o.BudgetWait < 0, "budget wait %v is negative", o.BudgetWait)

@@ -2,11 +2,15 @@ package engine
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
+	"io/fs"
 	"maps"
+	"path"
 	"path/filepath"
 	"slices"
 	"time"
@@ -156,7 +160,7 @@ func decodeProducerState(data []byte) (producerState, error) {
 // writeProducerState writes st durably under a name unique to this attempt
 // (temp file, fsync, rename, directory fsync) and returns its reference for
 // the manifest.
-func (s *Shard) writeProducerState(gen uint64, st producerState) (*shardmeta.ProducerStateRef, error) {
+func (s *Shard) writeProducerState(ctx context.Context, gen uint64, st producerState) (*shardmeta.ProducerStateRef, error) {
 	dir := filepath.Join(s.shardDir(), producerDirName)
 	if err := vfs.MkdirAllDurable(s.opts.FS, dir, 0o755); err != nil {
 		return nil, err
@@ -165,6 +169,14 @@ func (s *Shard) writeProducerState(gen uint64, st producerState) (*shardmeta.Pro
 	data := encodeProducerState(st)
 	if err := writeDurable(s.opts.FS, filepath.Join(dir, name), data); err != nil {
 		return nil, fmt.Errorf("write producer state: %w", err)
+	}
+	if s.opts.Store != nil {
+		// Where a successor on another machine finds it, as the
+		// generations; the name is unique per attempt.
+		key := s.producerObjectKey(name)
+		if err := s.opts.Store.Create(ctx, key, bytes.NewReader(data), int64(len(data))); err != nil {
+			return nil, fmt.Errorf("upload producer state %s: %w", key, err)
+		}
 	}
 	return &shardmeta.ProducerStateRef{File: producerDirName + "/" + name, Size: int64(len(data)),
 		CRC32C: crc32.Checksum(data, castagnoli), Producers: len(st)}, nil
@@ -190,12 +202,17 @@ func writeDurable(fsys vfs.FS, path string, data []byte) error {
 // file that is missing, of another size or checksum, or undecodable fails
 // the open: without it, retries of acknowledged batches would be stored
 // again.
-func (s *Shard) loadProducerState(ref *shardmeta.ProducerStateRef) (producerState, error) {
+func (s *Shard) loadProducerState(ctx context.Context, ref *shardmeta.ProducerStateRef) (producerState, error) {
 	if ref == nil {
 		return producerState{}, nil
 	}
 	path := filepath.Join(s.shardDir(), filepath.FromSlash(ref.File))
 	data, err := vfs.ReadFile(s.opts.FS, path)
+	if errors.Is(err, fs.ErrNotExist) && s.opts.Store != nil {
+		// Written on another machine: the store has it.
+		path = s.opts.Store.String() + "/" + s.producerObjectKey(filepath.Base(ref.File))
+		data, err = s.readProducerObject(ctx, filepath.Base(ref.File))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("engine: shard %s: producer state %s: %w", s.name, path, err)
 	}
@@ -231,15 +248,62 @@ func (s *Shard) removeStaleProducerFiles() {
 	}
 }
 
+// producerObjectKey is the store's name of producer-state file name.
+func (s *Shard) producerObjectKey(name string) string {
+	return path.Join(s.opts.Table, "shards", s.name, producerDirName, name)
+}
+
+func (s *Shard) readProducerObject(ctx context.Context, name string) ([]byte, error) {
+	obj, err := s.opts.Store.Open(ctx, s.producerObjectKey(name))
+	if err != nil {
+		return nil, err
+	}
+	defer obj.Close()
+	// A state holds at most MaxProducers entries of a bounded id each.
+	if limit := int64(s.opts.MaxProducers)*(MaxProducerIDBytes*6+128) + 1024; obj.Size() > limit {
+		return nil, fmt.Errorf("%d bytes, above any producer state", obj.Size())
+	}
+	data := make([]byte, obj.Size())
+	if _, err := obj.ReadAt(data, 0); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return data, nil
+}
+
+// removeStaleProducerObjects deletes the store's producer states the
+// committed manifest does not name: older states, failed attempts, a
+// fenced writer's. Only the owner runs it, after its claim or a commit.
+func (s *Shard) removeStaleProducerObjects(ctx context.Context) {
+	if s.opts.Store == nil {
+		return
+	}
+	infos, err := s.opts.Store.List(ctx, s.producerObjectKey("")+"/")
+	if err != nil {
+		s.log.Warn("list producer state objects", "err", err)
+		return
+	}
+	keep := ""
+	if ref := s.manifest.ProducerState; ref != nil {
+		keep = s.producerObjectKey(filepath.Base(ref.File))
+	}
+	for _, in := range infos {
+		if in.Name != keep {
+			if err := s.opts.Store.Delete(ctx, in.Name); err != nil {
+				s.log.Warn("delete old producer state object", "object", in.Name, "err", err)
+			}
+		}
+	}
+}
+
 // stageProducerState writes the producer state that committing m makes,
 // when it differs from the committed one, and names it in next; the state
 // is adopted once next commits. The caller holds flushMu.
-func (s *Shard) stageProducerState(m *memtable.Memtable, next *shardmeta.Manifest) error {
+func (s *Shard) stageProducerState(ctx context.Context, m *memtable.Memtable, next *shardmeta.Manifest) error {
 	st, changed := s.nextProducerState(m)
 	if !changed {
 		return nil
 	}
-	ref, err := s.writeProducerState(m.Generation(), st)
+	ref, err := s.writeProducerState(ctx, m.Generation(), st)
 	if err != nil {
 		return err
 	}

@@ -23,15 +23,18 @@ import (
 
 // Shard is the writer of one shard for one epoch.
 type Shard struct {
-	name    string
-	opts    *Options
-	genDir  string
-	store   *shardmeta.Store
-	lease   *lease
-	claim   *shardmeta.Claim
-	w       *wal.WAL
-	set     *memtable.Set
-	schemas *schemas
+	name   string
+	opts   *Options
+	genDir string
+	store  *shardmeta.Store
+	lease  *lease
+	claim  *shardmeta.Claim
+	w      shardLog
+	// walAfter is where the WAL's positions continue when the backend
+	// changed (claimTail); 0 otherwise.
+	walAfter uint64
+	set      *memtable.Set
+	schemas  *schemas
 	// setVersion is the schema version of the rows the active memtable
 	// takes; guarded by mu.
 	setVersion int
@@ -145,7 +148,7 @@ func openShard(ctx context.Context, o *Options, name string, l *lease, budget *m
 func (s *Shard) claimAndOpenWAL(ctx context.Context) error {
 	owner := shardmeta.Owner{Writer: s.opts.WriterID, Address: s.opts.Address}
 	prepare := func(m *shardmeta.Manifest) error {
-		tail, err := wal.ReadTail(wal.Options{FS: s.opts.FS, Dir: s.walDir(), Logger: s.log})
+		tail, err := s.claimTail(ctx, m)
 		if err != nil {
 			return err
 		}
@@ -160,11 +163,7 @@ func (s *Shard) claimAndOpenWAL(ctx context.Context) error {
 		return fmt.Errorf("engine: shard %s: claim: %w", s.name, err)
 	}
 	s.claim = c
-	w, err := wal.Open(wal.Options{
-		FS: s.opts.FS, Dir: s.walDir(), Epoch: c.Epoch,
-		SegmentSize: s.opts.WALSegmentSize, Preallocate: s.opts.WALPreallocate, Compression: s.opts.WALCompression,
-		Logger: s.log,
-	})
+	w, err := s.openWAL(ctx, c.Epoch)
 	if err != nil {
 		s.releaseOwner()
 		return fmt.Errorf("engine: shard %s: epoch %d: %w", s.name, c.Epoch, err)
@@ -209,7 +208,7 @@ func (s *Shard) recover(ctx context.Context) error {
 		return err
 	}
 	m := s.manifest
-	if err := s.loadSessions(); err != nil {
+	if err := s.loadSessions(ctx); err != nil {
 		return err
 	}
 	cur := s.schemas.current()
@@ -261,8 +260,8 @@ func (s *Shard) commitReplayIfBehind(ctx context.Context) error {
 
 // loadSessions restores the committed producer state and the tracked
 // sources from the manifest; replay then moves them past the WAL tail.
-func (s *Shard) loadSessions() error {
-	st, err := s.loadProducerState(s.manifest.ProducerState)
+func (s *Shard) loadSessions(ctx context.Context) error {
+	st, err := s.loadProducerState(ctx, s.manifest.ProducerState)
 	if err != nil {
 		return err
 	}
@@ -272,6 +271,7 @@ func (s *Shard) loadSessions() error {
 		s.sources[src] = true
 	}
 	s.removeStaleProducerFiles()
+	s.removeStaleProducerObjects(ctx)
 	return nil
 }
 

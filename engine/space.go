@@ -41,8 +41,11 @@ func (s *Shard) checkSpace() error {
 // WAL waits and retries by itself and the shard keeps running; any other
 // failure stops the shard for good (fail-stop).
 func (s *Shard) walError(err error) error {
-	if errors.Is(err, wal.ErrNoSpace) {
+	switch {
+	case errors.Is(err, wal.ErrNoSpace):
 		return fmt.Errorf("%w: shard %s: %w", ErrNoSpace, s.name, err)
+	case errors.Is(err, wal.ErrStoreDown):
+		return fmt.Errorf("%w: shard %s: %w", ErrStoreDown, s.name, err)
 	}
 	s.stop(err)
 	return fmt.Errorf("engine: shard %s: %w", s.name, err)

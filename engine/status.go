@@ -2,10 +2,12 @@ package engine
 
 import (
 	"context"
+	"errors"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/rollwal/rollwal/shardmeta"
+	"github.com/rollwal/rollwal/wal"
 )
 
 // Status is a snapshot of a shard for operators.
@@ -38,7 +40,9 @@ func (s *Shard) Status() Status {
 	}
 	if err := s.err(); err != nil {
 		st.Stopped = err.Error()
-	} else if err := s.diskFull(); err != nil {
+	} else if err := s.diskFull(); errors.Is(err, wal.ErrStoreDown) {
+		st.Degraded = "object store down: " + err.Error()
+	} else if err != nil {
 		st.Degraded = "disk full: " + err.Error()
 	}
 	return st

@@ -3,6 +3,9 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
+	"path"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,7 +16,9 @@ import (
 
 	"github.com/rollwal/rollwal/internal/etcdcluster"
 	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/objstore"
 	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/shardmeta"
 )
 
 // TestZombieWriterCannotCommit: writer A holds shard s0 through etcd member
@@ -23,16 +28,37 @@ import (
 // stalled append resumes it writes its WAL record but acknowledges nothing;
 // later appends and flushes of A are refused; the manifest stays B's; and
 // A's late WAL record never reappears through any number of restarts of B.
-func TestZombieWriterCannotCommit(t *testing.T) {
+func TestZombieWriterCannotCommit(t *testing.T) { zombieCannotCommit(t, WALLocal) }
+
+// TestObjectWALZombieCannotLand is TestZombieWriterCannotCommit with the
+// WAL in an object store and A and B on separate data directories (two
+// machines sharing etcd and the bucket): the zombie's late record becomes
+// an object of its epoch, created after B's claim, that no replay of B's
+// reads.
+func TestObjectWALZombieCannotLand(t *testing.T) { zombieCannotCommit(t, WALObject) }
+
+func zombieCannotCommit(t *testing.T, backend WALBackend) {
 	ctx := context.Background()
 	cl := etcdcluster.Start(t, etcdcluster.Options{})
 	dir := t.TempDir()
 	table := tableName(t, "")
+	var store objstore.Store
+	if backend == WALObject {
+		var err error
+		if store, err = objstore.Open(ctx, "file://"+filepath.Join(dir, "bucket"), objstore.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	opts := func(cli *clientv3.Client, name string) Options {
-		return Options{
+		o := Options{
 			DataDir: dir, FS: vfs.Default, Table: table, Etcd: cli, WriterID: name,
 			LeaseTTL: 2 * time.Second, RequestTimeout: time.Second, FlushAge: -1,
+			WALBackend: backend, Store: store,
 		}
+		if backend == WALObject {
+			o.DataDir = filepath.Join(dir, name) // a machine of its own
+		}
+		return o
 	}
 	optsA := opts(cl.Client(t, cl.Endpoint(0)), "A")
 	stall, stalled := make(chan struct{}), make(chan struct{})
@@ -85,6 +111,9 @@ func TestZombieWriterCannotCommit(t *testing.T) {
 	if tail := sa.Status().WALTail; tail != tailBefore+100 {
 		t.Fatalf("the zombie's WAL tail went %d→%d; want its late record of 100 rows written", tailBefore, tail)
 	}
+	if backend == WALObject {
+		checkZombieObject(t, store, table, manifestB)
+	}
 	if _, err := sa.Append(ctx, rows("zombie-later", 0, 5), Source{}); !errors.Is(err, ErrFenced) {
 		t.Fatalf("a later append of the zombie: %v; want ErrFenced", err)
 	}
@@ -112,6 +141,26 @@ func TestZombieWriterCannotCommit(t *testing.T) {
 	for restart := range 3 {
 		checkZombieGone(t, optsB, restart)
 	}
+}
+
+// checkZombieObject fails unless the store holds an object of epoch 1
+// (the zombie's) whose first position is above epoch 2's start: the late
+// record landed, and only the replay rule keeps it out.
+func checkZombieObject(t *testing.T, store objstore.Store, table string, m *shardmeta.Manifest) {
+	t.Helper()
+	start := m.Epochs[len(m.Epochs)-1].StartPosition
+	infos, err := store.List(context.Background(), table+"/shards/s0/wal/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range infos {
+		var epoch, first, last uint64
+		if _, err := fmt.Sscanf(path.Base(in.Name), "%d-%d-%d.wal", &epoch, &first, &last); err == nil && epoch == 1 && first > start {
+			t.Logf("the zombie's late object %s, above epoch 2's start %d", in.Name, start)
+			return
+		}
+	}
+	t.Fatalf("no object of epoch 1 above epoch 2's start %d among %v", start, infos)
 }
 
 // checkZombieGone reopens the shard and checks that every acknowledged row

@@ -283,6 +283,31 @@ func TestBaseStoreDownMidPass(t *testing.T) {
 	e.pyReadsAll(srv)
 }
 
+// TestBaseStoreSlowedMidPass: a pass whose every PUT answer comes after
+// its attempt gave up (the server slowed: each write lands, its answer is
+// lost) commits anyway, each lost answer resolved by reading the object
+// back; nothing is published twice and pyiceberg reads every row once.
+func TestBaseStoreSlowedMidPass(t *testing.T) {
+	e := newMemEnv(t)
+	srv := s3test.Start(t)
+	st, slow := openS3StoreVia(t, srv, nil, time.Second)
+	e.putStoredGenerations(st, "s0", 10, 5)
+	c := e.coordinator(withStore(st))
+	slow.Delay(2 * time.Second)
+	r := e.runOnce(c)
+	slow.Delay(0)
+	if r.RowsStaged != 15 {
+		t.Fatalf("the slowed pass staged %d rows, want 15", r.RowsStaged)
+	}
+	e.putStoredGenerations(st, "s1", 4)
+	if r := e.runOnce(c); r.RowsStaged != 4 {
+		t.Fatalf("the pass after staged %d rows, want 4", r.RowsStaged)
+	}
+	e.wantAllIDs()
+	e.wantStoreHoldsBase(st)
+	e.pyReadsAll(srv)
+}
+
 // TestBaseUploadUnknownOutcome: an upload that landed but whose outcome is
 // unknown fails the pass, and nothing is committed; the next pass writes
 // the file under a new attempt name; the object of the unknown upload,

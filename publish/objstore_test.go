@@ -60,18 +60,26 @@ func openS3Store(t *testing.T, srv *s3test.Server) objstore.Store {
 }
 
 func openS3StoreWith(t *testing.T, srv *s3test.Server, reg prometheus.Registerer) objstore.Store {
+	s, _ := openS3StoreVia(t, srv, reg, 0)
+	return s
+}
+
+// openS3StoreVia opens a store whose PUT answers the returned transport
+// can slow down; attempt bounds each request (0: none).
+func openS3StoreVia(t *testing.T, srv *s3test.Server, reg prometheus.Registerer, attempt time.Duration) (objstore.Store, *s3test.SlowAnswers) {
 	t.Helper()
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	t.Cleanup(tr.CloseIdleConnections)
+	slow := &s3test.SlowAnswers{Next: tr}
 	s, err := objstore.Open(context.Background(), "s3://"+srv.Bucket(t)+"/lake", objstore.Options{
 		Endpoint: srv.Endpoint(), Region: srv.Region(), PathStyle: true,
-		AccessKey: srv.AccessKey(), SecretKey: srv.SecretKey(),
-		HTTPClient: &http.Client{Transport: tr}, MaxAttempts: 3, Backoff: 5 * time.Millisecond, Registerer: reg,
+		AccessKey: srv.AccessKey(), SecretKey: srv.SecretKey(), AttemptTimeout: attempt,
+		HTTPClient: &http.Client{Transport: slow}, MaxAttempts: 3, Backoff: 5 * time.Millisecond, Registerer: reg,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return s, slow
 }
 
 func withStore(s objstore.Store) func(*Options) { return func(o *Options) { o.Store = s } }

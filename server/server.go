@@ -275,6 +275,7 @@ const (
 	codeTooLarge         = "too_large"          // 413: too many rows or bytes for one request or one WAL record
 	codeStopped          = "stopped"            // 503: the shard stopped taking writes
 	codeDiskFull         = "disk_full"          // 503: the shard waits for disk space (it recovers by itself); Retry-After
+	codeStoreDown        = "store_down"         // 503: the object WAL's store does not take objects (it recovers by itself); Retry-After
 	codeInflightLimit    = "inflight_limit"     // 429: the in-flight ingest bytes or requests are at their limit; Retry-After
 	codeBodyTimeout      = "body_timeout"       // 408: the body did not arrive within the body read timeout
 	codeUnknownTable     = "unknown_table"      // 404: the route names a table the server does not serve
@@ -325,7 +326,7 @@ func (s *Server) failAt(w http.ResponseWriter, r *http.Request, level slog.Level
 	switch {
 	case code == http.StatusTooManyRequests && e.Code != codeTooManyProducers:
 		w.Header().Set("Retry-After", "1")
-	case e.Code == codeDiskFull:
+	case e.Code == codeDiskFull, e.Code == codeStoreDown:
 		w.Header().Set("Retry-After", "5")
 	}
 	s.opts.Logger.Log(r.Context(), level, "request failed", "method", r.Method, "path", r.URL.Path, "status", code, "err", e.Error)
@@ -594,6 +595,8 @@ func (s *Server) appendError(err error, locate locator) (int, apiError) {
 			Code: codeOutcomeUnknown}
 	case errors.Is(err, engine.ErrNoSpace):
 		return http.StatusServiceUnavailable, apiError{Error: "disk full; the shard takes appends again by itself once space is back: " + err.Error(), Code: codeDiskFull}
+	case errors.Is(err, engine.ErrStoreDown):
+		return http.StatusServiceUnavailable, apiError{Error: "the object store does not take the WAL; the shard takes appends again by itself once it does: " + err.Error(), Code: codeStoreDown}
 	case errors.Is(err, engine.ErrMergesBehind):
 		return http.StatusTooManyRequests, apiError{Error: err.Error(), Code: codeMergesBehind}
 	case errors.Is(err, engine.ErrBackpressure):

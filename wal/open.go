@@ -70,6 +70,9 @@ func (w *WAL) open() error {
 	if err := w.recover(segs); err != nil {
 		return err
 	}
+	if w.assigned < w.opts.After {
+		w.assigned, w.written, w.synced = w.opts.After, w.opts.After, w.opts.After
+	}
 	next, err := w.nextIndex(segs)
 	if err != nil {
 		return err

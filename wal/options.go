@@ -102,6 +102,11 @@ type Options struct {
 	// Compression is the codec tried on every record payload; a payload is
 	// stored raw when the codec does not shrink it. Default None.
 	Compression Compression
+	// After, when above the highest position found, is where this epoch's
+	// positions continue instead: a shard whose committed positions are
+	// in another WAL (it moved from the object WAL to this one) must never
+	// reuse them.
+	After uint64
 	// Logger receives recovery and failure reports; nil discards them.
 	Logger *slog.Logger
 	// Registerer receives the writer_wal_* metrics; nil registers nothing.

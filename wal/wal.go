@@ -136,12 +136,14 @@ type Prepared struct {
 
 // Prepare checks and compresses payload. The Prepared holds payload's
 // bytes until AppendPrepared returns; Release it afterwards.
-func (w *WAL) Prepare(payload []byte) (*Prepared, error) {
+func (w *WAL) Prepare(payload []byte) (*Prepared, error) { return prepare(w.codec, payload) }
+
+func prepare(c *codec, payload []byte) (*Prepared, error) {
 	if len(payload) > MaxPayloadSize {
 		return nil, fmt.Errorf("%w: payload of %d bytes exceeds %d", ErrPayloadTooLarge, len(payload), MaxPayloadSize)
 	}
-	p := &Prepared{c: w.codec, buf: w.codec.getBuf(), rawLength: uint32(len(payload))}
-	p.stored, p.kind = w.codec.compress(payload, p.buf)
+	p := &Prepared{c: c, buf: c.getBuf(), rawLength: uint32(len(payload))}
+	p.stored, p.kind = c.compress(payload, p.buf)
 	return p, nil
 }
 

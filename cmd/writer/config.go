@@ -56,6 +56,8 @@ type Config struct {
 	// Storage is the object store of the generations (storage.go); a
 	// table's own storage: replaces it.
 	Storage StorageConfig `yaml:"storage"`
+	// WAL is where the WALs live (walconfig.go).
+	WAL WALConfig `yaml:"wal"`
 	// Columns are the table's columns (id, _seq and _epoch are implicit).
 	// Left out, a table has the columns its schema record holds, and a new
 	// table the rollout schema (tableSchema).
@@ -351,7 +353,7 @@ func badValue(key string, value any, format string, args ...any) error {
 // Validate reports the first unusable setting, naming its key and value.
 func (c *Config) Validate() error {
 	for _, check := range []func() error{c.validatePlaces, c.validateColumns, c.validateShards, c.validateTables, c.validateSizes, c.validateEtcd, c.validateSnapshots, c.Limits.validate, c.validateHTTP, c.validateIceberg,
-		c.validateStorage, c.validateMemory, c.validateEngine} {
+		c.validateStorage, c.validateWAL, c.validateMemory, c.validateEngine} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -631,7 +633,7 @@ func (o *serveOptions) config() Config {
 		Shards: o.shards, FlushBytes: o.flushBytes, FlushAge: o.flushAge, LeaseTTL: o.leaseTTL,
 		MaxBodyBytes: o.maxBodyBytes, ShutdownTimeout: o.shutdownTimeout, UnreadyDelay: o.unreadyDelay, LogLevel: o.logLevel, Etcd: o.etcd,
 		Snapshots: o.snapshots, Limits: o.limits, HTTP: o.http, MemoryBudget: o.memoryBudget, Iceberg: o.iceberg, Columns: o.columns,
-		Tables: o.tables, Storage: o.storage}
+		Tables: o.tables, Storage: o.storage, WAL: o.wal}
 }
 
 // resolve applies the configuration file under the flags set.
@@ -644,6 +646,6 @@ func (o *serveOptions) resolve(f *pflag.FlagSet) error {
 	o.flushBytes, o.flushAge, o.leaseTTL = c.FlushBytes, c.FlushAge, c.LeaseTTL
 	o.maxBodyBytes, o.shutdownTimeout, o.unreadyDelay, o.logLevel, o.etcd = c.MaxBodyBytes, c.ShutdownTimeout, c.UnreadyDelay, c.LogLevel, c.Etcd
 	o.snapshots, o.limits, o.http, o.memoryBudget = c.Snapshots, c.Limits, c.HTTP, c.MemoryBudget
-	o.iceberg, o.columns, o.tables, o.storage = c.Iceberg, c.Columns, c.Tables, c.Storage
+	o.iceberg, o.columns, o.tables, o.storage, o.wal = c.Iceberg, c.Columns, c.Tables, c.Storage, c.WAL
 	return nil
 }

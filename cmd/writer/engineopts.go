@@ -28,6 +28,7 @@ func (c Config) tableOptions(t TableConfig) engine.Options {
 	o := engine.Options{DataDir: c.DataDir, Table: t.Name, LeaseTTL: c.LeaseTTL, RequestTimeout: c.Etcd.RequestTimeout,
 		FlushBytes: t.FlushBytes, FlushAge: t.FlushAge, MemoryBudget: t.MemoryBudget, Schema: sch}
 	c.Limits.apply(&o)
+	c.applyWAL(&o)
 	return o
 }
 
@@ -41,6 +42,11 @@ func (c *Config) validateEngine() error {
 	for _, t := range c.tables() {
 		o := c.tableOptions(t)
 		o.Etcd = new(clientv3.Client)
+		if o.WALBackend == engine.WALObject {
+			// validateWAL checked that the table has a store; it is
+			// opened only by serve, and Validate compares it with nil.
+			o.WALBackend = engine.WALLocal
+		}
 		o.EnsureDefaults()
 		if err := o.Validate(); err != nil {
 			if len(c.Tables) > 0 {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/rollwal/rollwal/generation"
 	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/objstore"
 	"github.com/rollwal/rollwal/publish"
 	"github.com/rollwal/rollwal/shardmeta"
 )
@@ -387,12 +388,21 @@ func (in *inspector) base(ctx context.Context, _ []string) error {
 	if err != nil {
 		return err
 	}
+	// With storage: the base is in the store (its data, metadata and
+	// readers' manifests), wherever this runs.
+	store, err := newStores(nil, newLogger(slog.LevelWarn)).open(ctx, in.o.storageKey, in.o.storage)
+	if err != nil {
+		return err
+	}
 	st, err := publish.LoadBase(ctx, publish.Options{Etcd: in.cli, Prefix: in.keys.Prefix, Table: in.o.table, Schema: sch,
-		DataDir: in.o.dataDir, RequestTimeout: in.timeout})
+		DataDir: in.o.dataDir, RequestTimeout: in.timeout, Store: store})
 	if err != nil {
 		return err
 	}
 	dir := filepath.Join(in.o.dataDir, in.o.table, "base")
+	if store != nil {
+		dir = store.String() + "/" + in.o.table + "/base"
+	}
 	rep := baseReport{Dir: dir, Version: st.Version, IcebergMetadata: st.MetadataLocation, Files: st.Files, Shards: st.Shards}
 	if rep.Files == nil {
 		rep.Files = []shardmeta.BaseFile{}
@@ -400,15 +410,26 @@ func (in *inspector) base(ctx context.Context, _ []string) error {
 	for _, f := range st.Files {
 		rep.Rows += f.Rows
 	}
-	if m, ok, err := publish.LatestReaderManifest(vfs.Default, dir); err != nil {
+	m, ok, err := in.readersManifest(ctx, store, dir)
+	if err != nil {
 		return err
-	} else if ok {
-		rep.ReadersManifest = filepath.Join(dir, "_manifest", publish.ReaderManifestName(m.Version))
+	}
+	if ok {
+		rep.ReadersManifest = dir + "/_manifest/" + publish.ReaderManifestName(m.Version)
 	}
 	if in.o.output == "json" {
 		return in.json(rep)
 	}
 	return in.printBase(rep)
+}
+
+// readersManifest is the base's latest readers' manifest, from the store
+// when there is one.
+func (in *inspector) readersManifest(ctx context.Context, store objstore.Store, dir string) (publish.ReaderManifest, bool, error) {
+	if store != nil {
+		return publish.LatestStoreReaderManifest(ctx, store, in.o.table)
+	}
+	return publish.LatestReaderManifest(vfs.Default, dir)
 }
 
 func (in *inspector) printBase(rep baseReport) error {

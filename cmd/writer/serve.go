@@ -46,6 +46,7 @@ type serveOptions struct {
 	columns         []schema.Column
 	tables          []TableConfig
 	storage         StorageConfig
+	wal             WALConfig
 }
 
 func newServe() *cobra.Command {

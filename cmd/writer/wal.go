@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -102,6 +103,11 @@ func (o *walOptions) prepare(cmd *cobra.Command) error {
 		return err
 	}
 	o.dataDir, o.logLevel, o.table, o.schema = cfg.DataDir, cfg.LogLevel, t.Name, mustSchema(t.Columns)
+	if engine.WALBackend(cfg.WAL.Backend) == engine.WALObject {
+		// Not yet: these tools read segment files.
+		return fmt.Errorf("shard %s: the configuration puts the WAL in the object store (wal.backend: object, objects under %s); writer wal reads a local WAL's segments only",
+			o.shard, strings.TrimSuffix(cfg.storageFor(t).URL, "/")+"/"+path.Join(t.Name, "shards", o.shard, "wal")+"/")
+	}
 	if _, err := vfs.Default.Stat(o.dir()); err != nil {
 		return fmt.Errorf("shard %s has no WAL: %w", o.shard, err)
 	}

@@ -86,6 +86,19 @@ func (p *process) exited() bool {
 // succeeds. A start that loses its port to another process is retried on a
 // new port. Any failure fails the test, with the server's output. A
 // t.Cleanup stops the server and prints its output if the test failed.
+// StartBench starts a server for a benchmark, or returns why it cannot: a
+// versitygw that cannot be built here skips a benchmark's S3 subject
+// instead of failing `go test -bench`.
+func StartBench(b *testing.B) (*Server, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+	defer cancel()
+	if _, err := Build(ctx); err != nil {
+		msg, _, _ := strings.Cut(err.Error(), "\n")
+		return nil, "versitygw cannot be built here: " + msg
+	}
+	return Start(b), ""
+}
+
 func Start(t testing.TB) *Server {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)

@@ -213,6 +213,9 @@ func (w *world) closeWriter(shard string, o *owned, why string) {
 // takes its slot. The dead one is closed in the background.
 func (w *world) killHost(h *host, why string) {
 	h.fs.kill()
+	if h.bucket != nil {
+		h.bucket.kill()
+	}
 	w.st.kills++
 	ctx, cancel := w.opCtx()
 	defer cancel()

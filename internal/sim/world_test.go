@@ -68,15 +68,18 @@ type config struct {
 	// storage of its own, which no crash touches): writers upload and
 	// delete, coordinators read from it.
 	objectStore bool
+	// objectWAL puts the WALs in that store too (engine.WALObject): a
+	// killed writer's syncer may still create objects, as a zombie's.
+	objectWAL bool
 }
 
 func (c config) String() string {
-	return fmt.Sprintf("shards=%d hosts=%d coordinators=%d flush_bytes=%d exclusion_off=%.1f no_flush_on_close=%.1f coord_budget=%d sessions=%.1f pure_cutoff=%v object_store=%v",
-		c.shards, c.hosts, c.coords, c.flushBytes, c.exclusionOff, c.noFlushOnClose, c.coordBudget, c.sessions, c.pureCutoff, c.objectStore)
+	return fmt.Sprintf("shards=%d hosts=%d coordinators=%d flush_bytes=%d exclusion_off=%.1f no_flush_on_close=%.1f coord_budget=%d sessions=%.1f pure_cutoff=%v object_store=%v object_wal=%v",
+		c.shards, c.hosts, c.coords, c.flushBytes, c.exclusionOff, c.noFlushOnClose, c.coordBudget, c.sessions, c.pureCutoff, c.objectStore, c.objectWAL)
 }
 
 func drawConfig(rng *rand.Rand) config {
-	return config{
+	c := config{
 		shards:         2 + rng.IntN(2),
 		hosts:          2 + rng.IntN(2),
 		coords:         1 + rng.IntN(2),
@@ -88,6 +91,8 @@ func drawConfig(rng *rand.Rand) config {
 		pureCutoff:     rng.IntN(4) == 0,
 		objectStore:    rng.IntN(2) == 0,
 	}
+	c.objectWAL = c.objectStore && rng.IntN(2) == 0
+	return c
 }
 
 // host is one writer process: an engine.Host with its own etcd client, so
@@ -101,7 +106,12 @@ type host struct {
 	noFlush   bool
 	// fs is the process's view of the storage (stalls, death); faults
 	// sits on its etcd client (lost answers).
-	fs     *procFS
+	fs *procFS
+	// store is the process's view of the object store (nil without one):
+	// it dies with the process, as fs does, so that a killed writer's
+	// object WAL acknowledges nothing more either.
+	store  objstore.Store
+	bucket *procFS
 	faults *etcdFaults
 	// temp: an extra process of a claim race, in no slot.
 	temp bool
@@ -243,6 +253,8 @@ type world struct {
 	mem *vfs.MemFS
 	inj *vfs.Injector
 	fs  vfs.FS
+	// bucket is the object store's storage, which no crash touches.
+	bucket *vfs.MemFS
 	// store, when the seed puts generations in one (config.objectStore).
 	store objstore.Store
 
@@ -301,11 +313,8 @@ func newWorld(t testing.TB, srv *etcdembed.Server, seed uint64, steps int) *worl
 	w.cfg.pureCutoff = w.cfg.pureCutoff || *flagCutoff
 	w.fs = vfs.Inject(w.mem, w.inj)
 	if w.cfg.objectStore {
-		st, err := objstore.Open(w.ctx, "file:///bucket", objstore.Options{FS: vfs.NewStrictMem()})
-		if err != nil {
-			w.fatalf("object store: %v", err)
-		}
-		w.store = st
+		w.bucket = vfs.NewStrictMem()
+		w.store = w.openStore(w.bucket)
 	}
 	w.cli = w.newClient()
 	w.keys = shardmeta.Keys{Prefix: prefix, Table: w.table}
@@ -353,6 +362,10 @@ func (w *world) newHost(slot int) *host {
 	if h.temp {
 		h.name = fmt.Sprintf("x.%d", w.incs)
 	}
+	if w.bucket != nil {
+		h.bucket = newProcFS(w.bucket)
+		h.store = w.openStore(h.bucket)
+	}
 	inj := w.inj
 	h.fs.beforeSync = func(name string) {
 		if strings.HasSuffix(name, ".wal") && w.crashAtWALSync.CompareAndSwap(true, false) {
@@ -364,7 +377,7 @@ func (w *world) newHost(slot int) *host {
 		LeaseTTL: hostLeaseTTL, RequestTimeout: 5 * time.Second,
 		WALSegmentSize: 64 << 10, FlushBytes: w.cfg.flushBytes, FlushAge: -1, MemoryBudget: 64 << 20,
 		NoFlushOnClose: h.noFlush, DisableSourceExclusion: h.exclOff, Snapshots: w.snaps,
-		Logger: w.log.With("host", h.name), Schema: w.tableSchema(), Store: w.store,
+		Logger: w.log.With("host", h.name), Schema: w.tableSchema(), Store: h.store, WALBackend: w.walBackend(),
 	})
 	if err != nil {
 		w.fatalf("new host: %v", err)
@@ -638,6 +651,11 @@ func (w *world) recover() {
 	w.st.crashes++
 	w.tracef("CRASH at filesystem op %d: recovering on a crash clone keeping %d%% of the unsynced changes", w.inj.Ops(), w.tear)
 	w.stopBackground(nil)
+	for _, h := range w.hosts {
+		if h.bucket != nil {
+			h.bucket.kill() // the bucket survives; the processes do not
+		}
+	}
 	w.revokeOwnerLeases()
 	for _, c := range w.coords {
 		if c.c != nil {
@@ -757,3 +775,19 @@ var simSchema = func() *schema.Schema {
 	}
 	return s
 }()
+
+func (w *world) walBackend() engine.WALBackend {
+	if w.cfg.objectWAL {
+		return engine.WALObject
+	}
+	return engine.WALLocal
+}
+
+// openStore opens a file:// store on fs.
+func (w *world) openStore(fs vfs.FS) objstore.Store {
+	st, err := objstore.Open(w.ctx, "file:///bucket", objstore.Options{FS: fs})
+	if err != nil {
+		w.fatalf("object store: %v", err)
+	}
+	return st
+}

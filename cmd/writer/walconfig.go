@@ -1,0 +1,41 @@
+package main
+
+import (
+	"github.com/rollwal/rollwal/engine"
+	"github.com/rollwal/rollwal/wal"
+)
+
+// WALConfig is the wal: section: where every table's WAL lives.
+type WALConfig struct {
+	// Backend is "local" (the default: segment files in data_dir, fsynced)
+	// or "object": one object per group commit in the table's storage:,
+	// which a writer on another machine replays after a failover.
+	Backend string `yaml:"backend,omitempty"`
+	// ObjectSize bounds one WAL object (bytes); 0: 4 MiB.
+	ObjectSize int `yaml:"object_size,omitempty"`
+}
+
+// validateWAL checks the wal: section against every table's storage.
+func (c *Config) validateWAL() error {
+	switch engine.WALBackend(c.WAL.Backend) {
+	case "", engine.WALLocal:
+	case engine.WALObject:
+		for _, t := range c.tables() {
+			if c.storageFor(t).URL == "" {
+				return badValue("wal.backend", c.WAL.Backend, "needs an object store: set %s.url", c.storageKey(t))
+			}
+		}
+	default:
+		return badValue("wal.backend", c.WAL.Backend, "want %q or %q", engine.WALLocal, engine.WALObject)
+	}
+	if s := c.WAL.ObjectSize; s != 0 && (s < 64<<10 || s > wal.MaxPayloadSize) {
+		return badValue("wal.object_size", s, "must be from 64 KiB (%d) to %d", 64<<10, wal.MaxPayloadSize)
+	}
+	return nil
+}
+
+// applyWAL sets the engine's WAL options from the wal: section.
+func (c Config) applyWAL(o *engine.Options) {
+	o.WALBackend = engine.WALBackend(c.WAL.Backend)
+	o.WALObjectSize = c.WAL.ObjectSize
+}
