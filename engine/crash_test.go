@@ -98,19 +98,7 @@ func (w *crashWorkload) round(ctx context.Context, s *Shard, phase, round int) e
 // must exist, and every acknowledged row must be in exactly one committed
 // generation or in the replayed memtable.
 func TestCrashAtEveryWrite(t *testing.T) {
-	ctx := context.Background()
-	points := 0
-	for k := int64(1); ; k++ {
-		completed := crashAt(t, ctx, k)
-		points++
-		if completed {
-			break
-		}
-	}
-	t.Logf("crash points: %d", points)
-	if points < 100 {
-		t.Fatalf("only %d crash points: the workload is too small to cover the write paths", points)
-	}
+	crashAtEveryPoint(t, false, WALLocal)
 }
 
 // TestCrashAtEveryWriteWithStore is TestCrashAtEveryWrite with the
@@ -121,19 +109,7 @@ func TestCrashAtEveryWrite(t *testing.T) {
 // in the store, byte for byte its file, and the reopened shard leaves no
 // object that no commit names.
 func TestCrashAtEveryWriteWithStore(t *testing.T) {
-	ctx := context.Background()
-	points := 0
-	for k := int64(1); ; k++ {
-		completed := crashAtWith(t, ctx, k, true)
-		points++
-		if completed {
-			break
-		}
-	}
-	t.Logf("crash points: %d", points)
-	if points < 100 {
-		t.Fatalf("only %d crash points: the workload is too small to cover the write paths", points)
-	}
+	crashAtEveryPoint(t, true, WALLocal)
 }
 
 // TestCrashAtEveryWriteWithObjectWAL is TestCrashAtEveryWriteWithStore
@@ -141,31 +117,27 @@ func TestCrashAtEveryWriteWithStore(t *testing.T) {
 // of a generation object and every local write is a crash point, and an
 // acknowledged row survives every one of them.
 func TestCrashAtEveryWriteWithObjectWAL(t *testing.T) {
+	crashAtEveryPoint(t, true, WALObject)
+}
+
+// crashAtEveryPoint crashes the workload at its k-th filesystem (or store)
+// operation for every k until it completes, checking each crash.
+func crashAtEveryPoint(t *testing.T, withStore bool, backend WALBackend) {
 	ctx := context.Background()
 	points := 0
-	for k := int64(1); ; k++ {
-		completed := crashAtIn(t, ctx, k, true, WALObject)
+	for k := int64(1); !crashAtIn(t, ctx, k, withStore, backend); k++ {
 		points++
-		if completed {
-			break
-		}
 	}
+	points++ // the one that completed
 	t.Logf("crash points: %d", points)
 	if points < 100 {
 		t.Fatalf("only %d crash points: the workload is too small to cover the write paths", points)
 	}
 }
 
-// crashAt runs one crash point and reports whether the workload completed
-// before reaching it.
-func crashAt(t *testing.T, ctx context.Context, k int64) bool { return crashAtWith(t, ctx, k, false) }
-
-func crashAtWith(t *testing.T, ctx context.Context, k int64, withStore bool) bool {
-	return crashAtIn(t, ctx, k, withStore, WALLocal)
-}
-
-// crashAtIn is crashAt with generations in a store or not, and the WAL of
-// the given backend (WALObject needs the store). With the WAL in the store
+// crashAtIn runs one crash point and reports whether the workload
+// completed before reaching it: generations in a store or not, and the
+// WAL of the given backend (WALObject needs the store). With the WAL in the store
 // the bucket is cut to what its filesystem synced, as the machine is:
 // acknowledged rows must survive from the store's own durability.
 func crashAtIn(t *testing.T, ctx context.Context, k int64, withStore bool, backend WALBackend) bool {

@@ -1,38 +1,19 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rollwal/rollwal/internal/s3test"
+	"github.com/rollwal/rollwal/internal/testproc"
 	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/objstore"
 )
-
-// lockedBuffer is a log sink safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestObjectWALOnS3Faults: the WAL in a real versitygw bucket through
 // its faults. Answers slowed past the attempt timeout after each PUT
@@ -51,7 +32,7 @@ func TestObjectWALOnS3Faults(t *testing.T) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	t.Cleanup(tr.CloseIdleConnections)
 	slow := &s3test.SlowAnswers{Next: tr}
-	storeLog := &lockedBuffer{}
+	storeLog := &testproc.OutputBuffer{Max: 1 << 20}
 	st, err := objstore.Open(ctx, "s3://"+srv.Bucket(t)+"/tables", objstore.Options{
 		Endpoint: srv.Endpoint(), Region: srv.Region(), PathStyle: true,
 		AccessKey: srv.AccessKey(), SecretKey: srv.SecretKey(),
@@ -87,8 +68,8 @@ func TestObjectWALOnS3Faults(t *testing.T) {
 		t.Fatalf("append while PUT answers are lost: %v", err)
 	}
 	slow.Delay(0)
-	if !strings.Contains(storeLog.String(), "a lost answer resolved by read-back: our own write") {
-		t.Fatalf("no lost answer was resolved while answers were slowed; the store logged:\n%s", storeLog.String())
+	if !strings.Contains(storeLog.Since(0), "a lost answer resolved by read-back: our own write") {
+		t.Fatalf("no lost answer was resolved while answers were slowed; the store logged:\n%s", storeLog.Since(0))
 	}
 
 	if err := srv.Stop(); err != nil {

@@ -193,7 +193,7 @@ func waitSpace(t *testing.T, w *WAL, d time.Duration) {
 		defer close(done)
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		for w.full != nil && w.err == nil && !w.closed {
+		for w.held != nil && w.err == nil && !w.closed {
 			w.progress.Wait()
 		}
 	}()

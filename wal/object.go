@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"sync"
 	"time"
 
@@ -97,31 +96,16 @@ func (o *ObjectOptions) validate() error {
 }
 
 // ObjectWAL is the write-ahead log of one shard on an object store. Its
-// methods mean what the WAL's do; SyncTo's durability is an object the
-// store confirmed.
+// methods mean what the WAL's do; a record is durable, for SyncTo, once
+// it is in an object whose create the store confirmed.
 type ObjectWAL struct {
+	queue
 	opts  ObjectOptions
-	log   *slog.Logger
-	m     *metrics
 	codec *codec
 	// ctx bounds the store calls; cancelled by Close once the syncer gave
 	// up on a store that is down.
 	ctx    context.Context
 	cancel context.CancelFunc
-
-	mu       sync.Mutex
-	work     sync.Cond // wakes the syncer
-	progress sync.Cond // wakes appenders and SyncTo callers
-
-	assigned   uint64
-	pending    *batch
-	spare      *batch
-	inflight   int
-	synced     uint64
-	syncWanted uint64
-	closed     bool
-	err        error // permanent, wraps ErrFailed
-	down       error // the store does not take objects now, wraps ErrStoreDown
 	// The syncer's last round: its records and how long its creates took
 	// (see linger).
 	lastRecords int
@@ -156,14 +140,14 @@ func OpenObjects(ctx context.Context, opts ObjectOptions) (*ObjectWAL, error) {
 	if err != nil {
 		return nil, err
 	}
+	where := opts.Store.String() + "/" + opts.Prefix
 	w := &ObjectWAL{
-		opts: opts, log: opts.Logger.With("component", "wal", "store", opts.Store.String()+"/"+opts.Prefix),
-		m: newMetrics(opts.Registerer), codec: c,
-		assigned: tail, synced: tail, pending: new(batch), spare: new(batch),
-		syncerDone: make(chan struct{}),
+		queue: newQueue(opts.Logger.With("component", "wal", "store", where), newMetrics(opts.Registerer), where),
+		opts:  opts, codec: c, syncerDone: make(chan struct{}),
 	}
+	w.assigned, w.synced = tail, tail
 	w.ctx, w.cancel = context.WithCancel(context.Background())
-	w.work.L, w.progress.L = &w.mu, &w.mu
+	w.init()
 	w.log.Info("object wal opened", "epoch", opts.Epoch, "objects", len(objs), "tail", tail)
 	go w.runSyncer()
 	return w, nil
@@ -184,29 +168,6 @@ func ReadObjectTail(ctx context.Context, opts ObjectOptions) (uint64, error) {
 	return tail, nil
 }
 
-// Tail returns the highest position assigned, or listed by OpenObjects.
-func (w *ObjectWAL) Tail() uint64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.assigned
-}
-
-// Err returns the failure that stopped the WAL, or nil.
-func (w *ObjectWAL) Err() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.err
-}
-
-// NoSpace returns, while the store does not take the WAL's objects, an
-// error wrapping ErrStoreDown and why; nil otherwise. (The name is the
-// local WAL's: both are the "not durable yet, retrying" state.)
-func (w *ObjectWAL) NoSpace() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.down
-}
-
 // Prepare checks and compresses payload; see WAL.Prepare.
 func (w *ObjectWAL) Prepare(payload []byte) (*Prepared, error) {
 	return prepare(w.codec, payload)
@@ -215,31 +176,7 @@ func (w *ObjectWAL) Prepare(payload []byte) (*Prepared, error) {
 // AppendPrepared queues a prepared record covering count positions of
 // generation gen; see WAL.AppendPrepared.
 func (w *ObjectWAL) AppendPrepared(gen uint64, count uint32, p *Prepared) (uint64, error) {
-	if count == 0 {
-		return 0, errors.New("wal: append of a record covering no position")
-	}
-	if p.c != w.codec {
-		return 0, errors.New("wal: record prepared by another WAL")
-	}
-	h := recordHeader{
-		Header: Header{Epoch: w.opts.Epoch, Generation: gen, Count: count, Kind: p.Kind},
-		codec:  p.kind, rawLength: p.rawLength,
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if err := w.waitForSpace(headerSize + len(p.stored)); err != nil {
-		return 0, err
-	}
-	if w.assigned > math.MaxUint64-uint64(count) {
-		return 0, errors.New("wal: positions exhausted")
-	}
-	h.FirstPos = w.assigned + 1
-	w.assigned += uint64(count)
-	w.pending.data = appendRecord(w.pending.data, h, p.stored)
-	w.pending.marks = append(w.pending.marks, mark{end: len(w.pending.data), last: w.assigned})
-	w.m.records.Inc()
-	w.work.Signal()
-	return h.FirstPos, nil
+	return w.enqueue(w.codec, w.opts.Epoch, gen, count, p)
 }
 
 // Append prepares and appends payload; see WAL.Append.
@@ -252,74 +189,13 @@ func (w *ObjectWAL) Append(gen uint64, count uint32, payload []byte) (uint64, er
 	return w.AppendPrepared(gen, count, p)
 }
 
-// waitForSpace waits until n more bytes fit under maxUnwritten; callers
-// hold mu.
-func (w *ObjectWAL) waitForSpace(n int) error {
-	for {
-		if err := w.callable(); err != nil {
-			return err
-		}
-		if w.down != nil {
-			return w.down
-		}
-		unwritten := len(w.pending.data) + w.inflight
-		if unwritten == 0 || unwritten+n <= maxUnwritten {
-			return nil
-		}
-		w.progress.Wait()
-	}
-}
-
-func (w *ObjectWAL) callable() error {
-	if w.err != nil {
-		return w.err
-	}
-	if w.closed {
-		return ErrClosed
-	}
-	return nil
-}
-
-// SyncTo returns once every record at or below pos is in an object the
-// store confirmed. Concurrent callers share objects (group commit). While
-// the store is down a position not yet durable is answered at once with
-// an error wrapping ErrStoreDown.
-func (w *ObjectWAL) SyncTo(pos uint64) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if err := w.callable(); err != nil {
-		return err
-	}
-	pos = min(pos, w.assigned)
-	for w.synced < pos {
-		if w.err != nil {
-			return w.err
-		}
-		if w.down != nil {
-			return w.down
-		}
-		if pos > w.syncWanted {
-			w.syncWanted = pos
-			w.work.Signal()
-		}
-		w.progress.Wait()
-	}
-	return nil
-}
-
 // Close writes every record appended, if the store takes them, and stops
 // the syncer. With the store down it gives up at once: those records were
 // never acknowledged. Calls after Close return ErrClosed.
 func (w *ObjectWAL) Close() error {
-	w.mu.Lock()
-	if w.closed {
-		w.mu.Unlock()
+	if !w.markClosed() {
 		return ErrClosed
 	}
-	w.closed = true
-	w.work.Signal()
-	w.progress.Broadcast()
-	w.mu.Unlock()
 	select {
 	case <-w.syncerDone:
 	case <-time.After(closeGrace):
@@ -329,16 +205,4 @@ func (w *ObjectWAL) Close() error {
 	w.cancel()
 	w.codec.close()
 	return w.Err()
-}
-
-func (w *ObjectWAL) fail(cause error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.err != nil {
-		return
-	}
-	w.err = failed(cause)
-	w.log.Error("wal failed; no further appends or syncs", "err", cause)
-	w.progress.Broadcast()
-	w.work.Signal()
 }

@@ -103,41 +103,12 @@ func (w *ObjectWAL) Replay(from, to uint64, fn func(h Header, payload []byte) er
 		r := readers[len(readers)-1]
 		r.objs = append(r.objs, o)
 	}
-	return w.mergeObjects(readers, fn)
+	return mergeRecords(w.codec, readers, fn)
 }
 
-func (w *ObjectWAL) mergeObjects(readers []*objectReader, fn func(h Header, payload []byte) error) error {
-	for _, r := range readers {
-		if err := r.advance(); err != nil {
-			return err
-		}
-	}
-	var scratch []byte
-	for {
-		var r *objectReader
-		for _, c := range readers {
-			if c.ok && (r == nil || c.h.FirstPos < r.h.FirstPos) {
-				r = c
-			}
-		}
-		if r == nil {
-			return nil
-		}
-		payload, err := w.codec.decompress(r.h, r.stored, scratch)
-		if err != nil {
-			return &CorruptionError{Segment: r.objs[r.obj].name, Offset: r.recOff, Err: err}
-		}
-		if r.h.codec != None {
-			scratch = payload
-		}
-		if err := fn(r.h.Header, payload); err != nil {
-			return err
-		}
-		if err := r.advance(); err != nil {
-			return err
-		}
-	}
-}
+func (r *objectReader) current() (recordHeader, []byte, bool) { return r.h, r.stored, r.ok }
+
+func (r *objectReader) at() (string, int64) { return r.objs[r.obj].name, r.recOff }
 
 // objectReader walks one epoch's objects in position order, one object
 // in memory at a time.

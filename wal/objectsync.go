@@ -164,9 +164,9 @@ func (w *ObjectWAL) durable(last uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.synced = last
-	if w.down != nil {
-		w.log.Info("the store takes WAL objects again", "was", w.down)
-		w.down = nil
+	if w.held != nil {
+		w.log.Info("the store takes WAL objects again", "was", w.held)
+		w.held = nil
 	}
 	w.progress.Broadcast()
 }
@@ -174,11 +174,11 @@ func (w *ObjectWAL) durable(last uint64) {
 func (w *ObjectWAL) storeDown(err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.down == nil {
+	if w.held == nil {
 		w.m.noSpace.Inc()
 		w.log.Warn("the store does not take a WAL object; appends are refused while the WAL retries", "err", err)
 	}
-	w.down = err
+	w.held = err
 	w.progress.Broadcast()
 }
 

@@ -43,18 +43,14 @@ func newWAL(opts Options) (*WAL, error) {
 		return nil, err
 	}
 	w := &WAL{
+		queue:      newQueue(opts.Logger.With("component", "wal"), newMetrics(opts.Registerer), opts.Dir),
 		opts:       opts,
 		fs:         opts.FS,
 		dir:        opts.Dir,
-		log:        opts.Logger.With("component", "wal"),
-		m:          newMetrics(opts.Registerer),
 		codec:      c,
-		pending:    new(batch),
-		spare:      new(batch),
 		syncerDone: make(chan struct{}),
 	}
-	w.work.L = &w.mu
-	w.progress.L = &w.mu
+	w.init()
 	return w, nil
 }
 

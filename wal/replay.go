@@ -42,33 +42,57 @@ func (w *WAL) Replay(from, to uint64, fn func(h Header, payload []byte) error) (
 			}
 		}
 	}()
-	return w.merge(readers, fn)
+	return mergeRecords(w.codec, readers, fn)
 }
 
-// merge calls fn with the records of all readers, lowest position first.
-func (w *WAL) merge(readers []*epochReader, fn func(h Header, payload []byte) error) error {
+// recordReader walks one epoch's records in position order: a segment
+// reader (epochReader) or an object reader (objectReader).
+type recordReader interface {
+	// advance moves to the next record in range, if any.
+	advance() error
+	// current is the record advance moved to; ok is false past the last.
+	current() (h recordHeader, stored []byte, ok bool)
+	// at names the file or object of the current record and its offset.
+	at() (string, int64)
+}
+
+// mergeRecords calls fn with the records of all readers, lowest position
+// first and, on a tie, the earlier reader's (readers are in epoch order).
+func mergeRecords[R recordReader](c *codec, readers []R, fn func(h Header, payload []byte) error) error {
 	for _, r := range readers {
 		if err := r.advance(); err != nil {
 			return err
 		}
 	}
 	var scratch []byte // decompression buffer, reused across records
-	for r := lowest(readers); r != nil; r = lowest(readers) {
-		payload, err := w.codec.decompress(r.h, r.stored, scratch)
-		if err != nil {
-			return &CorruptionError{Segment: r.segs[r.seg].name, Offset: r.recOff, Err: err}
+	for {
+		var next R
+		var h recordHeader
+		var stored []byte
+		found := false
+		for _, r := range readers {
+			if rh, rs, ok := r.current(); ok && (!found || rh.FirstPos < h.FirstPos) {
+				next, h, stored, found = r, rh, rs, true
+			}
 		}
-		if r.h.codec != None {
+		if !found {
+			return nil
+		}
+		payload, err := c.decompress(h, stored, scratch)
+		if err != nil {
+			name, off := next.at()
+			return &CorruptionError{Segment: name, Offset: off, Err: err}
+		}
+		if h.codec != None {
 			scratch = payload
 		}
-		if err := fn(r.h.Header, payload); err != nil {
+		if err := fn(h.Header, payload); err != nil {
 			return err
 		}
-		if err := r.advance(); err != nil {
+		if err := next.advance(); err != nil {
 			return err
 		}
 	}
-	return nil
 }
 
 // replaySeg is a segment Replay reads.
@@ -184,17 +208,9 @@ func (w *WAL) epochReaders(segs []replaySeg, from, to uint64) []*epochReader {
 	return readers
 }
 
-// lowest returns the reader whose current record comes next: lowest
-// FirstPos, and on a tie the lowest epoch (readers are in epoch order).
-func lowest(readers []*epochReader) *epochReader {
-	var best *epochReader
-	for _, r := range readers {
-		if r.ok && (best == nil || r.h.FirstPos < best.h.FirstPos) {
-			best = r
-		}
-	}
-	return best
-}
+func (r *epochReader) current() (recordHeader, []byte, bool) { return r.h, r.stored, r.ok }
+
+func (r *epochReader) at() (string, int64) { return r.segs[r.seg].name, r.recOff }
 
 // epochReader walks the records of one epoch's segments that intersect
 // (from, to], in position order.

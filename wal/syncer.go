@@ -126,11 +126,11 @@ func (w *WAL) syncWritten(cause error) error {
 func (w *WAL) outOfSpace(err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.full == nil {
+	if w.held == nil {
 		w.m.noSpace.Inc()
 		w.log.Warn("wal out of disk space; appends are refused until the queued records are written", "dir", w.dir, "err", err)
 	}
-	w.full = err
+	w.held = err
 	w.progress.Broadcast()
 }
 
@@ -138,8 +138,8 @@ func (w *WAL) outOfSpace(err error) {
 func (w *WAL) spaceBack() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.full != nil {
-		w.full = nil
+	if w.held != nil {
+		w.held = nil
 		w.log.Info("wal has disk space again; appends resume", "dir", w.dir)
 		w.progress.Broadcast()
 	}

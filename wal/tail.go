@@ -45,11 +45,11 @@ func ReadTail(opts Options) (uint64, error) {
 const maxTailReads = 8
 
 func readTailOnce(opts Options) (uint64, error) {
-	w := &WAL{opts: opts, fs: opts.FS, dir: opts.Dir, readOnly: true,
-		log: opts.Logger.With("component", "wal")}
-	if w.log == nil {
-		w.log = slog.New(slog.DiscardHandler)
+	log := slog.New(slog.DiscardHandler)
+	if opts.Logger != nil {
+		log = opts.Logger.With("component", "wal")
 	}
+	w := &WAL{queue: queue{log: log, name: opts.Dir}, opts: opts, fs: opts.FS, dir: opts.Dir, readOnly: true}
 	segs, err := w.listSegments()
 	if err != nil {
 		return 0, fmt.Errorf("wal: read tail of %s: %w", opts.Dir, err)
