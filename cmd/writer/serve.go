@@ -141,7 +141,7 @@ func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
 		lns.close()
 		return err
 	}
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo(readVersion()))
 	cfg := o.config()
 	srvOpts := server.Options{Logger: log, Registry: registry, MaxBodyBytes: o.maxBodyBytes}
 	if err := o.serverOptions(&srvOpts, cfg.memoryBudget(), log); err != nil {

@@ -6,8 +6,15 @@ import (
 	"io"
 	"runtime/debug"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 )
+
+// revision is the VCS revision when the toolchain embeds none (a build
+// with -buildvcs=false, or from a source tree without .git):
+//
+//	go build -buildvcs=false -ldflags "-X main.revision=$(git rev-parse HEAD)" ./cmd/writer
+var revision string
 
 // versionInfo is what `writer version` reports, from the build information
 // the Go toolchain embeds: no version string to forget to bump.
@@ -53,7 +60,21 @@ func readVersion() versionInfo {
 			v.Modified = s.Value == "true"
 		}
 	}
+	if v.Revision == "" {
+		v.Revision = revision
+	}
 	return v
+}
+
+// buildInfo is the writer_build_info gauge: 1, labelled with what
+// `writer version` reports, so that dashboards tell which build serves.
+func buildInfo(v versionInfo) prometheus.Collector {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "writer_build_info",
+		Help: "The writer's build: module version, VCS revision and Go version (always 1).",
+	}, []string{"version", "revision", "go_version"})
+	g.WithLabelValues(v.Version, v.Revision, v.Go).Set(1)
+	return g
 }
 
 func printVersion(out io.Writer, format string, v versionInfo) error {

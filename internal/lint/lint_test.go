@@ -31,9 +31,10 @@ var mutating = map[string]bool{
 
 // excludedDirs are module-relative directories allowed to touch the disk
 // directly: the vfs itself, benchmarks that compare against peers writing
-// through their own I/O, and the soak, which drives the real writer process
-// on a real directory and writes only its own report.
-var excludedDirs = []string{"internal/vfs", "bench", "internal/soak", "internal/cmd/soak"}
+// through their own I/O, the soak, which drives the real writer process
+// on a real directory and writes only its own report, and the test
+// summary of scripts/test, which writes only its record of results.
+var excludedDirs = []string{"internal/vfs", "bench", "internal/soak", "internal/cmd/soak", "internal/cmd/testsummary"}
 
 // check reports, as "file:line: message", every use of a mutating os
 // function in f, through any name f imports "os" under. A call and a
