@@ -136,8 +136,14 @@ func (r walRecord) version() int { return max(r.meta.SchemaVersion, 1) }
 // engine's replay, so they are corruption too. A record whose version is
 // unknown offline passed its CRC and frame: it is counted, not damage.
 func (o *walOptions) scan(log *slog.Logger, each func(walRecord) error) (wal.ScanReport, error) {
+	return wal.Scan(o.scanOptions(log, each))
+}
+
+// scanOptions are scan's: every payload decoded with its schema version,
+// each record handed to each (if set).
+func (o *walOptions) scanOptions(log *slog.Logger, each func(walRecord) error) wal.ScanOptions {
 	lookup := o.schemas.lookup(o.ctx)
-	return wal.Scan(wal.ScanOptions{Dir: o.dir(), Payloads: true, Segment: scanProgress(log, o.dir()),
+	return wal.ScanOptions{Dir: o.dir(), Payloads: true, Segment: scanProgress(log, o.dir()),
 		Record: func(r wal.Record) error {
 			rec := walRecord{Record: r}
 			var err error
@@ -164,7 +170,7 @@ func (o *walOptions) scan(log *slog.Logger, each func(walRecord) error) (wal.Sca
 				return nil
 			}
 			return each(rec)
-		}})
+		}}
 }
 
 // printNote prints the note on records not decoded, if any: on out, or
@@ -476,64 +482,29 @@ func (o *walOptions) repair(out io.Writer, log *slog.Logger) error {
 	} else {
 		o.warnIfWriting(log)
 	}
-	rep, err := o.scan(log, nil)
-	if err != nil {
-		return fmt.Errorf("refusing to repair shard %s: %w; only a torn tail at the end of an epoch's last segment can be cut, and this damage comes before one", o.shard, err)
-	}
-	if len(rep.Tails) == 0 {
+	rep, err := wal.Repair(o.scanOptions(log, nil), o.yes)
+	switch {
+	case errors.Is(err, wal.ErrRepairRefused):
+		return fmt.Errorf("refusing to repair shard %s: %w", o.shard, err)
+	case err != nil:
+		return fmt.Errorf("repair shard %s: %w", o.shard, err)
+	case len(rep.Tails) == 0:
 		_, err := fmt.Fprintf(out, "nothing to repair: %d segments, %d records, no damaged tail\n", len(rep.Segments), rep.Records)
 		return errors.Join(err, o.printNote(out))
 	}
-	if err := o.showCuts(out, rep.Tails); err != nil {
-		return err
+	for _, t := range rep.Tails {
+		fmt.Fprintf(out, "cut %s at offset %d: %d bytes after the last whole record (%v)\n",
+			filepath.Join(o.dir(), t.Segment), t.Offset, t.Bytes, t.Reason)
 	}
 	if !o.yes {
 		return errors.Join(o.printNote(out), errors.New("nothing changed: run again with --yes to truncate"))
 	}
-	return errors.Join(o.cut(out, log, rep.Tails), o.printNote(out))
-}
-
-// showCuts prints what repair would cut, or refuses a hole: whole records
-// follow it, and cutting would drop them.
-func (o *walOptions) showCuts(out io.Writer, tails []wal.Tail) error {
-	for _, t := range tails {
-		if t.Hole {
-			return fmt.Errorf("refusing to repair shard %s: segment %s has a hole of zeros at offset %d and whole records after it (%v); cutting would drop them",
-				o.shard, t.Segment, t.Offset, t.Reason)
-		}
-		fmt.Fprintf(out, "cut %s at offset %d: %d bytes after the last whole record (%v)\n",
-			filepath.Join(o.dir(), t.Segment), t.Offset, t.Bytes, t.Reason)
-	}
-	return nil
-}
-
-func (o *walOptions) cut(out io.Writer, log *slog.Logger, tails []wal.Tail) error {
-	for _, t := range tails {
-		if err := truncateSegment(filepath.Join(o.dir(), t.Segment), t.Offset); err != nil {
-			return err
-		}
+	for _, t := range rep.Tails {
 		log.Warn("wal: repair truncated a torn tail", "shard", o.shard, "segment", t.Segment, "offset", t.Offset,
 			"dropped_bytes", t.Bytes, "reason", t.Reason)
 		fmt.Fprintf(out, "truncated %s to %d bytes\n", t.Segment, t.Offset)
 	}
-	return nil
-}
-
-// truncateSegment cuts a segment to size and syncs it, so that the cut
-// survives a crash as the WAL's own repair does.
-func truncateSegment(path string, size int64) error {
-	f, err := vfs.Default.OpenReadWrite(path)
-	if err != nil {
-		return err
-	}
-	err = f.Truncate(size)
-	if err == nil {
-		err = f.Sync()
-	}
-	if err = errors.Join(err, f.Close()); err != nil {
-		return fmt.Errorf("truncate %s: %w", path, err)
-	}
-	return nil
+	return o.printNote(out)
 }
 
 // warnIfWriting says so when a writer holds the data dir: verify and dump
