@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/rollwal/rollwal/errs"
 	"github.com/rollwal/rollwal/internal/vfs"
 )
 
 // ErrRepairRefused: Repair found damage it will not cut — a bad record
 // with whole records after it, or a hole of zeros with whole records after
 // it — and changed nothing.
-var ErrRepairRefused = errors.New("wal: repair refused")
+var ErrRepairRefused = errs.New(errs.Corruption, "wal: repair refused")
 
 // Repair is what `writer wal repair` does, beside the format it repairs:
 // it scans the WAL in opts.Dir (see Scan; opts.Record may check payloads
@@ -31,13 +32,13 @@ func Repair(opts ScanOptions, cut bool) (ScanReport, error) {
 	}
 	rep, err := Scan(opts)
 	if err != nil {
-		return rep, fmt.Errorf("%w: %w; only a torn tail at the end of an epoch's last segment can be cut, and this damage comes before one",
-			ErrRepairRefused, err)
+		return rep, &refusal{cause: err,
+			msg: fmt.Sprintf("%v; only a torn tail at the end of an epoch's last segment can be cut, and this damage comes before one", err)}
 	}
 	for _, t := range rep.Tails {
 		if t.Hole {
-			return rep, fmt.Errorf("%w: segment %s has a hole of zeros at offset %d and whole records after it (%v); cutting would drop them",
-				ErrRepairRefused, t.Segment, t.Offset, t.Reason)
+			return rep, &refusal{cause: t.Reason,
+				msg: fmt.Sprintf("segment %s has a hole of zeros at offset %d and whole records after it (%v); cutting would drop them", t.Segment, t.Offset, t.Reason)}
 		}
 	}
 	if !cut {
@@ -67,3 +68,14 @@ func truncateSynced(opts ScanOptions, path string, size int64) error {
 	}
 	return nil
 }
+
+// refusal is an ErrRepairRefused that says only why: its cause, and what
+// cutting would do.
+type refusal struct {
+	msg   string
+	cause error
+}
+
+func (e *refusal) Error() string        { return e.msg }
+func (e *refusal) Is(target error) bool { return target == ErrRepairRefused }
+func (e *refusal) Unwrap() error        { return e.cause }
