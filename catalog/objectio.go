@@ -14,6 +14,7 @@ import (
 
 	icebergio "github.com/apache/iceberg-go/io"
 
+	"github.com/rollwal/rollwal/errs"
 	"github.com/rollwal/rollwal/objstore"
 )
 
@@ -74,7 +75,7 @@ const (
 )
 
 // ErrOutsideStore: a location names no object of the catalog's store.
-var ErrOutsideStore = errors.New("catalog: location outside the object store")
+var ErrOutsideStore = errs.New(errs.InvalidInput, "catalog: location outside the object store")
 
 func newObjectIO(s objstore.Store) objectIO {
 	return objectIO{store: s, timeout: defaultObjectTimeout, maxWrite: maxObjectWrite}

@@ -3,10 +3,11 @@ package client
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/rollwal/rollwal/errs"
 )
 
 // Defaults of BatcherOptions.
@@ -18,7 +19,7 @@ const (
 )
 
 // ErrClosed is returned by Add after Close.
-var ErrClosed = errors.New("rollwal client: batcher closed")
+var ErrClosed = errs.New(errs.Closed, "rollwal client: batcher closed")
 
 // BatcherOptions configure a Batcher; zero fields take the defaults.
 type BatcherOptions struct {

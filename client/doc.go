@@ -156,6 +156,12 @@
 // Errors after which the rows may or may not be stored match
 // ErrOutcomeUnknown.
 //
+// Every error also matches the category of package errs that the
+// writer's answer carries (errors.Is(err, errs.Backpressure),
+// errs.NotOwner, errs.TooLarge, …; StatusError.Category), and the retry
+// decision is the category's (errs.Category.Retry): the writer and the
+// Client share one table (docs/errors.md).
+//
 // # Backpressure
 //
 // A writer whose memory budget is exhausted, or that holds as many request

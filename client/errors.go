@@ -7,27 +7,34 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/rollwal/rollwal/errs"
 )
 
-// Error categories of a *StatusError, checked with errors.Is.
+// Error categories of a *StatusError, checked with errors.Is. Each carries
+// its category of package errs (ErrUnauthorized, of access control, has
+// none), and every error of the Client matches the errs category of the
+// writer's answer too: errors.Is(err, errs.Backpressure) holds for a 429
+// "backpressure", errs.Closed for a 503 "stopped", and so on (see
+// errs.FromHTTP and docs/errors.md).
 var (
 	// ErrNotOwner (409): the endpoint does not own the shard now (fenced,
 	// or the outcome is unknown). Send the same rows to the shard's owner.
-	ErrNotOwner = errors.New("rollwal client: the shard is not owned by this writer")
+	ErrNotOwner = errs.New(errs.NotOwner, "rollwal client: the shard is not owned by this writer")
 	// ErrTooLarge (413): too many rows or bytes in one request; split it.
-	ErrTooLarge = errors.New("rollwal client: request too large")
+	ErrTooLarge = errs.New(errs.TooLarge, "rollwal client: request too large")
 	// ErrBackpressure (429): the writer's memory budget stayed exhausted
 	// through every retry.
-	ErrBackpressure = errors.New("rollwal client: the writer is applying backpressure")
+	ErrBackpressure = errs.New(errs.Backpressure, "rollwal client: the writer is applying backpressure")
 	// ErrUnavailable (502, 503, 504): the writer was not ready, shutting
 	// down or unreachable behind a proxy through every retry.
-	ErrUnavailable = errors.New("rollwal client: the writer is unavailable")
+	ErrUnavailable = errs.New(errs.Unavailable, "rollwal client: the writer is unavailable")
 	// ErrTooManyProducers (429, code "too_many_producers"): the shard
 	// tracks as many producer sessions as it may and this one is new to
 	// it. Not retried: a slot frees only when an idle session expires
 	// (after days, by default). Use fewer Clients (one per process), or
 	// Options.NoSession.
-	ErrTooManyProducers = errors.New("rollwal client: the shard has no room for another producer session")
+	ErrTooManyProducers = errs.New(errs.LimitReached, "rollwal client: the shard has no room for another producer session")
 	// ErrUnauthorized (401, 403): the writer needs a bearer token
 	// (Options.Token) and got none, one it does not accept, or an ingest
 	// token where it needs the admin token. Not retried; nothing was stored.
@@ -35,7 +42,7 @@ var (
 )
 
 // ErrSequence is matched by a *SequenceError.
-var ErrSequence = errors.New("rollwal client: producer sequence refused")
+var ErrSequence = errs.New(errs.Conflict, "rollwal client: producer sequence refused")
 
 // ErrOutcomeUnknown is matched by an error of Append (or an Ack) after
 // which the rows may or may not be stored: an answer was lost (network
@@ -45,7 +52,7 @@ var ErrSequence = errors.New("rollwal client: producer sequence refused")
 // sequence numbers again before the shard's next batch, so they end up
 // stored exactly once (see "Producer sessions" in the package
 // documentation).
-var ErrOutcomeUnknown = errors.New("rollwal client: outcome unknown: the rows may or may not be stored")
+var ErrOutcomeUnknown = errs.New(errs.UnknownOutcome, "rollwal client: outcome unknown: the rows may or may not be stored")
 
 // BadRequestError is a 400: the writer refused the request and stored
 // nothing of it. The same rows would be refused again, so it is never
@@ -69,6 +76,9 @@ func (e *BadRequestError) Error() string {
 	return "rollwal client: bad request: " + e.Message
 }
 
+// Is matches errs.InvalidInput, the category of a 400.
+func (e *BadRequestError) Is(target error) bool { return target == errs.InvalidInput }
+
 // StatusError is an answer other than 200 and 400 that the client did
 // not retry, or the last of those it retried.
 type StatusError struct {
@@ -85,8 +95,18 @@ func (e *StatusError) Error() string {
 	return fmt.Sprintf("rollwal client: writer answered %d %s: %s", e.Status, http.StatusText(e.Status), e.Message)
 }
 
-// Is matches the error categories of the status.
+// Category returns the errs category of the answer (errs.FromHTTP of its
+// status and code), or false for one of none (401, 403, a 500 other than
+// "corruption", a status the writer does not answer with).
+func (e *StatusError) Category() (*errs.Category, bool) { return errs.FromHTTP(e.Status, e.Code) }
+
+// Is matches the error categories of the status, and the errs category of
+// the answer.
 func (e *StatusError) Is(target error) bool {
+	if c, ok := target.(*errs.Category); ok {
+		cat, ok := e.Category()
+		return ok && cat == c
+	}
 	switch target {
 	case ErrNotOwner:
 		return e.Status == http.StatusConflict
@@ -136,8 +156,10 @@ func (e *SequenceError) Error() string {
 	return "rollwal client: sequence refused: " + e.Message
 }
 
-// Is matches ErrSequence.
-func (e *SequenceError) Is(target error) bool { return target == ErrSequence }
+// Is matches ErrSequence and errs.Conflict.
+func (e *SequenceError) Is(target error) bool {
+	return target == ErrSequence || target == errs.Conflict
+}
 
 // Codes of the writer's error answers that the client tells apart.
 const (
@@ -191,16 +213,23 @@ func parseRetryAfter(v string) time.Duration {
 	return 0
 }
 
+// retryable reports whether the Client sends the same request again: a
+// lost answer (the producer session and the ids make the retry safe), or
+// an answer of a category that errs says is retried (Backpressure,
+// NotApplied, Unavailable — 408, 502, 503 and 504 among them — and
+// Closed). Never a 400, a 409, a 413, 429 "too_many_producers", 401, 403
+// or a 500.
 func retryable(err error) bool {
 	var te *transportError
 	var se *StatusError
 	switch {
 	case errors.As(err, &te):
 		return true
-	case errors.As(err, &se) && se.Status == http.StatusRequestTimeout:
-		return true // the body came too slowly; nothing was stored
+	case errors.As(err, &se):
+		cat, ok := se.Category()
+		return ok && cat.Retry()
 	}
-	return errors.Is(err, ErrBackpressure) || errors.Is(err, ErrUnavailable)
+	return false
 }
 
 // refusal reports whether err is the writer's answer that it stored

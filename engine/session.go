@@ -1,11 +1,12 @@
 package engine
 
 import (
-	"errors"
 	"fmt"
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/rollwal/rollwal/errs"
 )
 
 // Producer sessions make retries idempotent at any time, learnt from
@@ -66,13 +67,13 @@ const (
 var (
 	// ErrSequence: a producer's batch is not at its next expected sequence;
 	// the error is a *SequenceError.
-	ErrSequence = errors.New("engine: producer sequence")
+	ErrSequence = errs.New(errs.Conflict, "engine: producer sequence")
 	// ErrTooManyProducers: the shard tracks MaxProducers producers and a
 	// new one appeared.
-	ErrTooManyProducers = errors.New("engine: too many producers")
+	ErrTooManyProducers = errs.New(errs.LimitReached, "engine: too many producers")
 	// ErrInvalidAppend: the producer id, sequence or source is malformed
 	// or over its bound; nothing was written.
-	ErrInvalidAppend = errors.New("engine: invalid append")
+	ErrInvalidAppend = errs.New(errs.InvalidInput, "engine: invalid append")
 )
 
 // SequenceError says why a producer's batch was refused. Nothing of it was
@@ -104,7 +105,11 @@ func (e *SequenceError) Error() string {
 	}
 }
 
-func (e *SequenceError) Is(target error) bool { return target == ErrSequence }
+// Is makes errors.Is(err, ErrSequence) and errors.Is(err, errs.Conflict)
+// hold.
+func (e *SequenceError) Is(target error) bool {
+	return target == ErrSequence || target == errs.Conflict
+}
 
 // ValidateProducerID checks a producer id: 1–128 bytes of [A-Za-z0-9._:-].
 func ValidateProducerID(id string) error {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 
+	"github.com/rollwal/rollwal/errs"
 	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/schema"
 )
@@ -19,7 +20,7 @@ import (
 // Parquet, truncated, a footer whose rollwal.* metadata is missing, malformed
 // or inconsistent, columns that do not match the stored schema, a schema that
 // is not the caller's. Test with errors.Is; the *CorruptError names the file.
-var ErrCorrupt = errors.New("generation: corrupt file")
+var ErrCorrupt = errs.New(errs.Corruption, "generation: corrupt file")
 
 // CorruptError is the error of a corrupt generation file.
 type CorruptError struct {

@@ -2,19 +2,20 @@ package memtable
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
+
+	"github.com/rollwal/rollwal/errs"
 )
 
 // ErrBackpressure reports that the memory budget cannot hold a request now.
 // It is temporary: retry after memtables have been flushed.
-var ErrBackpressure = errors.New("memtable: memory budget exhausted")
+var ErrBackpressure = errs.New(errs.Backpressure, "memtable: memory budget exhausted")
 
 // ErrTooLarge reports a request larger than the whole budget. It never
 // succeeds, so it is not ErrBackpressure: split the batch instead.
-var ErrTooLarge = errors.New("memtable: request larger than the whole memory budget")
+var ErrTooLarge = errs.New(errs.TooLarge, "memtable: request larger than the whole memory budget")
 
 // Budget is a count of bytes shared by the memtables of every shard of a
 // process. Acquire takes bytes, Release gives them back. Waiters are served

@@ -1,20 +1,20 @@
 package memtable
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/rollwal/rollwal/errs"
 	"github.com/rollwal/rollwal/schema"
 )
 
 // ErrOutOfOrder marks a Release of any generation but the oldest sealed one.
-var ErrOutOfOrder = errors.New("memtable: generations are released strictly in order")
+var ErrOutOfOrder = errs.New(errs.InvalidInput, "memtable: generations are released strictly in order")
 
 // ErrClosed marks a Release on a closed Set.
-var ErrClosed = errors.New("memtable: set is closed")
+var ErrClosed = errs.New(errs.Closed, "memtable: set is closed")
 
 // Index maps hold their peak capacity after deletes; a Set rebuilds its
 // index when it shrinks below a quarter of its peak (and the peak is worth

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/rollwal/rollwal/errs"
 	"github.com/rollwal/rollwal/internal/vfs"
 )
 
@@ -54,16 +55,17 @@ type Info struct {
 	ModTime time.Time
 }
 
+// The store's errors, checked with errors.Is. Each carries its category of package errs (see docs/errors.md).
 var (
 	// ErrExists: Create found the name taken by another object.
-	ErrExists = errors.New("objstore: object exists")
+	ErrExists = errs.New(errs.Conflict, "objstore: object exists")
 	// ErrNotFound: the object does not exist.
-	ErrNotFound = errors.New("objstore: object not found")
+	ErrNotFound = errs.New(errs.NotFound, "objstore: object not found")
 	// ErrUnknownOutcome: a Create whose answer was lost could not be
 	// resolved by reading back; the object may exist now or later.
-	ErrUnknownOutcome = errors.New("objstore: outcome unknown")
+	ErrUnknownOutcome = errs.New(errs.UnknownOutcome, "objstore: outcome unknown")
 	// ErrInvalidName: a name or prefix breaks the naming rules.
-	ErrInvalidName = errors.New("objstore: invalid name")
+	ErrInvalidName = errs.New(errs.InvalidInput, "objstore: invalid name")
 )
 
 // Options configure Open. The zero value opens file:// stores on the OS

@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/rollwal/rollwal/catalog"
+	"github.com/rollwal/rollwal/errs"
 	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/objstore"
 	"github.com/rollwal/rollwal/schema"
@@ -21,28 +22,28 @@ import (
 )
 
 // Errors, checked with errors.Is. Each returned error names the shard (where
-// there is one) and the values involved.
+// there is one) and the values involved. Each carries its category of package errs (see docs/errors.md).
 var (
 	// ErrLockLost: the coordinator's lock (base/lock) is gone or was taken
 	// over — its lease expired or was revoked. Nothing was written; close
 	// the coordinator, a successor takes over.
-	ErrLockLost = errors.New("publish: merge lock lost")
+	ErrLockLost = errs.New(errs.NotOwner, "publish: merge lock lost")
 	// ErrStalePrefix: a staged part starts at or below the shard's
 	// watermark but ends above it ("stale prefix; replan").
-	ErrStalePrefix = errors.New("publish: stale prefix; replan")
+	ErrStalePrefix = errs.New(errs.Conflict, "publish: stale prefix; replan")
 	// ErrBaseMoved: base/state changed since the plan (another commit or a
 	// cutoff write landed); the pinned commit refuses to rebase. Replan.
-	ErrBaseMoved = errors.New("publish: base state moved since the plan; replan")
+	ErrBaseMoved = errs.New(errs.Conflict, "publish: base state moved since the plan; replan")
 	// ErrInvalidState: the shard's merge state or manifest cannot be
 	// planned against (malformed, an epoch without a cutoff, an observed
 	// epoch above the manifest's). Fail closed: no plan, no commit.
-	ErrInvalidState = errors.New("publish: invalid merge state")
+	ErrInvalidState = errs.New(errs.Corruption, "publish: invalid merge state")
 	// ErrNotApplied: the commit's response was lost and reading back
 	// proved it did not apply; Commit may be called again.
-	ErrNotApplied = errors.New("publish: commit not applied")
+	ErrNotApplied = errs.New(errs.NotApplied, "publish: commit not applied")
 	// ErrUnknownOutcome: the commit's response was lost and reading back
 	// failed too.
-	ErrUnknownOutcome = errors.New("publish: commit outcome unknown")
+	ErrUnknownOutcome = errs.New(errs.UnknownOutcome, "publish: commit outcome unknown")
 )
 
 // Defaults.

@@ -2,10 +2,10 @@ package publish
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/rollwal/rollwal/catalog"
+	"github.com/rollwal/rollwal/errs"
 	"github.com/rollwal/rollwal/generation"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
@@ -28,7 +28,7 @@ import (
 // ErrSchemaMoved: a file to publish is in a newer schema version than the
 // pass's (the record moved on during the pass). Nothing was committed;
 // replan (RunOnce does, a few times).
-var ErrSchemaMoved = errors.New("publish: schema moved on during the pass; replan")
+var ErrSchemaMoved = errs.New(errs.Conflict, "publish: schema moved on during the pass; replan")
 
 // passSchema is the schema version a pass publishes in.
 type passSchema struct {

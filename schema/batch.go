@@ -7,6 +7,8 @@ import (
 	"math"
 	"time"
 	"unicode/utf8"
+
+	"github.com/rollwal/rollwal/errs"
 )
 
 // Row is one row as a producer sends it: "id" and the table's columns by
@@ -16,7 +18,7 @@ import (
 type Row map[string]any
 
 // ErrInvalidRow marks every validation error of a row.
-var ErrInvalidRow = errors.New("schema: invalid row")
+var ErrInvalidRow = errs.New(errs.InvalidInput, "schema: invalid row")
 
 // RowError names the row (its index in the batch) and column that failed
 // and, inside a list or struct value, the path to the part that did

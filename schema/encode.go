@@ -2,9 +2,10 @@ package schema
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
+
+	"github.com/rollwal/rollwal/errs"
 )
 
 // The batch encoding is the payload of a WAL record; it is wire format.
@@ -26,7 +27,7 @@ import (
 // another schema are refused rather than misread.
 
 // ErrBadEncoding marks a payload that does not decode as a batch.
-var ErrBadEncoding = errors.New("schema: bad batch encoding")
+var ErrBadEncoding = errs.New(errs.Corruption, "schema: bad batch encoding")
 
 // Encode appends the batch's encoding to dst.
 func (b *Batch) Encode(dst []byte) []byte {

@@ -1,10 +1,11 @@
 package schema
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/rollwal/rollwal/errs"
 )
 
 // Schema evolution. A table's schema has versions; Evolve derives the
@@ -24,7 +25,7 @@ import (
 // columns by name through the name mapping, which lists old names.
 
 // ErrSchemaChange marks a change of schema that Evolve refuses.
-var ErrSchemaChange = errors.New("schema: change not allowed")
+var ErrSchemaChange = errs.New(errs.InvalidInput, "schema: change not allowed")
 
 const allowedChanges = "allowed: add a nullable column or struct field, widen int32→int64 or float32→float64, " +
 	"make a column nullable, rename with renamed_from, drop a column"

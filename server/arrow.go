@@ -11,6 +11,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/rollwal/rollwal/errs"
 	"github.com/rollwal/rollwal/schema"
 )
 
@@ -24,7 +25,7 @@ import (
 // checked while decoding, because a compact body (an Arrow column of short
 // strings) would otherwise expand into millions of rows in memory before the
 // engine's own limit is reached.
-var errTooManyRows = errors.New("too many rows")
+var errTooManyRows = errs.New(errs.TooLarge, "too many rows")
 
 // idColumn is the column the id is read as.
 var idColumn = &schema.Column{Name: schema.IDColumn, Type: schema.String}

@@ -10,6 +10,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	flatbuffers "github.com/google/flatbuffers/go"
+
+	"github.com/rollwal/rollwal/errs"
 )
 
 // arrow-go trusts the lengths inside IPC metadata: it makes slices of
@@ -22,7 +24,7 @@ import (
 
 // errMessageTooLarge marks a message that claims more bytes than a request
 // may hold: the answer is 413, as for a body over the limit.
-var errMessageTooLarge = errors.New("message larger than the request body may be")
+var errMessageTooLarge = errs.New(errs.TooLarge, "message larger than the request body may be")
 
 // maxArrowEntries bounds the fields (nested ones included) and custom
 // metadata entries of one message.

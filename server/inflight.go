@@ -3,13 +3,14 @@ package server
 import (
 	"container/list"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rollwal/rollwal/errs"
 )
 
 // Ingest requests are admitted against two limits before their body is
@@ -44,7 +45,7 @@ const chunkStep = 256 << 10
 const DefaultInflightWait = time.Second
 
 // errInflightLimit marks a request refused for the in-flight limits.
-var errInflightLimit = errors.New("in-flight ingest limit")
+var errInflightLimit = errs.New(errs.Backpressure, "in-flight ingest limit")
 
 // limitError names the in-flight limit a request did not fit.
 type limitError struct {

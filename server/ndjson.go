@@ -11,6 +11,7 @@ import (
 	"unicode/utf16"
 	"unicode/utf8"
 
+	"github.com/rollwal/rollwal/errs"
 	"github.com/rollwal/rollwal/schema"
 )
 
@@ -34,7 +35,7 @@ import (
 
 // errDecodedTooLarge marks a request whose rows decode to more bytes than
 // one WAL record may hold: the answer is 413.
-var errDecodedTooLarge = errors.New("request too large for one WAL record")
+var errDecodedTooLarge = errs.New(errs.TooLarge, "request too large for one WAL record")
 
 // lineError locates a refusal inside one line: the key (column) it is
 // under, "" for none, the path inside its value (messages[3].role), "" for

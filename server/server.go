@@ -35,6 +35,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/rollwal/rollwal/engine"
+	"github.com/rollwal/rollwal/errs"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/wal"
 )
@@ -239,9 +240,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 // value, from its column (messages[3].role); for an Arrow type, [] stands
 // for a list's elements.
 //
-// Code names the kind of refusal where one status covers several (see the
-// code* constants); Parameter names the query parameter a 400 refuses. The
-// producer fields are set on a 409 with code "sequence" only.
+// The status is the category's of the error (package errs: one table for
+// the server and the client), but for the answers of the HTTP layer (401
+// and 403 of access control, 408 of a body that came too slowly, 415) and
+// a 500 of an error no category covers. Code names the kind of refusal
+// where one status covers several (see the code* constants; errs.FromHTTP
+// reads the category back from status and code); Parameter names the
+// query parameter a 400 refuses. The producer fields are set on a 409 with
+// code "sequence" only.
 type apiError struct {
 	Error       string `json:"error"`
 	Code        string `json:"code,omitempty"`
@@ -262,11 +268,13 @@ type apiError struct {
 	UnknownProducer *bool   `json:"unknown_producer,omitempty"`
 }
 
-// Codes of error answers, in apiError.Code.
+// Codes of error answers, in apiError.Code. Each is one of its category's
+// errs codes (TestAnswerCodes checks).
 const (
 	codeBadParameter     = "bad_parameter"      // 400: a query parameter is malformed
 	codeInvalidAppend    = "invalid_append"     // 400: the engine refused the producer id, sequence or source
 	codeSequence         = "sequence"           // 409: the batch is not at the producer's next expected sequence
+	codeConflict         = "conflict"           // 409: another conflict with the shard's state (nothing written)
 	codeNotOwner         = "not_owner"          // 409: fenced, not the owner (an append: nothing written)
 	codeOutcomeUnknown   = "outcome_unknown"    // 409: written, but not acknowledged
 	codeBackpressure     = "backpressure"       // 429: memory budget exhausted; Retry-After
@@ -276,6 +284,8 @@ const (
 	codeStopped          = "stopped"            // 503: the shard stopped taking writes
 	codeDiskFull         = "disk_full"          // 503: the shard waits for disk space (it recovers by itself); Retry-After
 	codeStoreDown        = "store_down"         // 503: the object WAL's store does not take objects (it recovers by itself); Retry-After
+	codeNotApplied       = "not_applied"        // 503: a flush's commit proved not applied (the shard retries it); retry
+	codeCorruption       = "corruption"         // 500: stored data is corrupt; not retried, an operator repairs
 	codeInflightLimit    = "inflight_limit"     // 429: the in-flight ingest bytes or requests are at their limit; Retry-After
 	codeBodyTimeout      = "body_timeout"       // 408: the body did not arrive within the body read timeout
 	codeUnknownTable     = "unknown_table"      // 404: the route names a table the server does not serve
@@ -309,6 +319,11 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
+// failAs answers a refused request of category c, with c's status.
+func (s *Server) failAs(w http.ResponseWriter, r *http.Request, c *errs.Category, e apiError) {
+	s.fail(w, r, c.HTTPStatus(), e)
+}
+
 // fail answers a refused request; a 5xx, which producers take as an
 // unknown outcome, is logged at WARN, the rest at DEBUG.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, code int, e apiError) {
@@ -320,11 +335,15 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, code int, e apiErr
 }
 
 func (s *Server) failAt(w http.ResponseWriter, r *http.Request, level slog.Level, code int, e apiError) {
-	// A producer refused for the shard's producer limit gets no
-	// Retry-After: a slot frees only when some producer's state expires
-	// (days, by default), so a retry a second later would be refused again.
+	// Retry-After goes with the categories a client retries and that say
+	// when: backpressure (a second) and a full disk or a store that is
+	// down (the shard's own retry). A producer refused for the shard's
+	// producer limit (errs.LimitReached) gets none: a slot frees only when
+	// some producer's state expires (days, by default), so a retry a
+	// second later would be refused again.
+	cat, _ := errs.FromHTTP(code, e.Code)
 	switch {
-	case code == http.StatusTooManyRequests && e.Code != codeTooManyProducers:
+	case cat == errs.Backpressure:
 		w.Header().Set("Retry-After", "1")
 	case e.Code == codeDiskFull, e.Code == codeStoreDown:
 		w.Header().Set("Retry-After", "5")
@@ -338,15 +357,15 @@ func (s *Server) shard(w http.ResponseWriter, r *http.Request, t *table) (*engin
 	name := r.PathValue("shard")
 	quoted := t.shardName(fmt.Sprintf("%q", name))
 	if len(t.hosted) > 0 && !t.hosted[name] {
-		s.fail(w, r, http.StatusNotFound, apiError{Error: fmt.Sprintf("unknown shard %s: not hosted here", quoted)})
+		s.failAs(w, r, errs.NotFound, apiError{Error: fmt.Sprintf("unknown shard %s: not hosted here", quoted)})
 		return nil, false
 	}
 	sh, ok := t.Host.Shard(name)
 	if !ok {
 		if len(t.hosted) > 0 {
-			s.fail(w, r, http.StatusServiceUnavailable, apiError{Error: fmt.Sprintf("shard %s is not open (yet)", quoted)})
+			s.failAs(w, r, errs.Unavailable, apiError{Error: fmt.Sprintf("shard %s is not open (yet)", quoted)})
 		} else {
-			s.fail(w, r, http.StatusNotFound, apiError{Error: fmt.Sprintf("unknown shard %s", quoted)})
+			s.failAs(w, r, errs.NotFound, apiError{Error: fmt.Sprintf("unknown shard %s", quoted)})
 		}
 		return nil, false
 	}
@@ -357,7 +376,7 @@ func (s *Server) notReady(w http.ResponseWriter, r *http.Request) bool {
 	if s.ready.Load() {
 		return false
 	}
-	s.fail(w, r, http.StatusServiceUnavailable, apiError{Error: "not ready: shards are replaying or the writer is shutting down"})
+	s.failAs(w, r, errs.Unavailable, apiError{Error: "not ready: shards are replaying or the writer is shutting down"})
 	return true
 }
 
@@ -373,7 +392,7 @@ func (s *Server) handleRows(w http.ResponseWriter, r *http.Request, t *table) {
 	}
 	opts, perr := appendOptionsOf(r)
 	if perr != nil {
-		s.fail(w, r, http.StatusBadRequest, *perr)
+		s.failAs(w, r, errs.InvalidInput, *perr)
 		return
 	}
 	adm, ok := s.admit(w, r)
@@ -386,7 +405,7 @@ func (s *Server) handleRows(w http.ResponseWriter, r *http.Request, t *table) {
 		return
 	}
 	if perr := checkSeqRange(opts.Producer, len(d.rows)); perr != nil {
-		s.fail(w, r, http.StatusBadRequest, *perr)
+		s.failAs(w, r, errs.InvalidInput, *perr)
 		return
 	}
 	res, err := sh.AppendWith(r.Context(), d.rows, opts)
@@ -406,17 +425,17 @@ func (s *Server) handleRows(w http.ResponseWriter, r *http.Request, t *table) {
 // the body and the answer get their deadlines, from now.
 func (s *Server) admit(w http.ResponseWriter, r *http.Request) (*admission, bool) {
 	if r.ContentLength > s.opts.MaxBodyBytes {
-		s.fail(w, r, http.StatusRequestEntityTooLarge, apiError{Error: fmt.Sprintf("request body is larger than %d bytes", s.opts.MaxBodyBytes), Code: codeTooLarge})
+		s.failAs(w, r, errs.TooLarge, apiError{Error: fmt.Sprintf("request body is larger than %d bytes", s.opts.MaxBodyBytes), Code: codeTooLarge})
 		return nil, false
 	}
 	adm, err := s.inflight.admit(r.Context(), r.ContentLength)
 	var le *limitError
 	switch {
 	case errors.As(err, &le):
-		s.fail(w, r, http.StatusTooManyRequests, apiError{Error: le.Error() + "; retry later", Code: codeInflightLimit})
+		s.failAs(w, r, errs.Backpressure, apiError{Error: le.Error() + "; retry later", Code: codeInflightLimit})
 		return nil, false
 	case err != nil: // the client went away while it waited
-		s.fail(w, r, http.StatusServiceUnavailable, apiError{Error: err.Error()})
+		s.failAs(w, r, errs.Unavailable, apiError{Error: err.Error()})
 		return nil, false
 	}
 	rc := http.NewResponseController(w)
@@ -441,7 +460,7 @@ func (s *Server) readRows(w http.ResponseWriter, r *http.Request, adm *admission
 		return decoded{}, false
 	}
 	if len(d.rows) == 0 {
-		s.fail(w, r, http.StatusBadRequest, apiError{Error: "no rows in the request body"})
+		s.failAs(w, r, errs.InvalidInput, apiError{Error: "no rows in the request body"})
 		return decoded{}, false
 	}
 	return d, true
@@ -537,78 +556,123 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// decodeError maps a body that did not decode to a status and a body.
+// decodeError maps a body that did not decode to a status and a body:
+// too large (the decoders' limits are errs.TooLarge), the in-flight limit
+// (errs.Backpressure), a body that came too slowly (408, the HTTP layer's)
+// or else invalid input.
 func (s *Server) decodeError(err error, body *bodyReader) (int, apiError) {
 	var tooBig *http.MaxBytesError
 	var le *limitError
 	switch {
 	case errors.As(body.err, &tooBig):
-		return http.StatusRequestEntityTooLarge, apiError{Error: fmt.Sprintf("request body is larger than %d bytes", tooBig.Limit)}
+		return errs.TooLarge.HTTPStatus(), apiError{Error: fmt.Sprintf("request body is larger than %d bytes", tooBig.Limit), Code: codeTooLarge}
 	case errors.As(body.err, &le):
-		return http.StatusTooManyRequests, apiError{Error: "a chunked body outgrew the room left: " + le.Error() + "; retry later, or send a Content-Length",
+		return errs.Backpressure.HTTPStatus(), apiError{Error: "a chunked body outgrew the room left: " + le.Error() + "; retry later, or send a Content-Length",
 			Code: codeInflightLimit}
 	case errors.Is(body.err, os.ErrDeadlineExceeded):
 		return http.StatusRequestTimeout, apiError{Error: fmt.Sprintf("the request body did not arrive within %v", s.opts.HTTP.BodyReadTimeout), Code: codeBodyTimeout}
 	}
-	if errors.Is(err, errTooManyRows) || errors.Is(err, errMessageTooLarge) || errors.Is(err, errDecodedTooLarge) {
-		return http.StatusRequestEntityTooLarge, apiError{Error: err.Error(), Code: codeTooLarge}
+	if errors.Is(err, errs.TooLarge) {
+		return errs.TooLarge.HTTPStatus(), apiError{Error: err.Error(), Code: codeTooLarge}
 	}
 	var pe *parseError
 	var ae *arrowError
 	switch {
 	case errors.As(err, &pe):
-		return http.StatusBadRequest, pe.api()
+		return errs.InvalidInput.HTTPStatus(), pe.api()
 	case errors.As(err, &ae):
-		return http.StatusBadRequest, ae.api()
+		return errs.InvalidInput.HTTPStatus(), ae.api()
 	}
-	return http.StatusBadRequest, apiError{Error: err.Error()}
+	return errs.InvalidInput.HTTPStatus(), apiError{Error: err.Error()}
 }
 
-// appendError maps an engine error to a status and a body; locate, when
-// set, names where a rejected row came from.
+// appendError maps an error of the engine (an append's or a flush's) to a
+// status and a body. The status is the error's category's (errs.CategoryOf;
+// a context that ended is errs.Unavailable); the code and the message tell
+// apart the causes one category covers. An error of no category is a 500.
+// locate, when set, names where a rejected row came from.
 func (s *Server) appendError(err error, locate locator) (int, apiError) {
-	var rowErr *schema.RowError
-	var seqErr *engine.SequenceError
-	switch {
-	case errors.As(err, &rowErr):
-		if locate != nil {
-			if e, ok := locate(rowErr); ok {
-				return http.StatusBadRequest, e
-			}
-		}
-		return http.StatusBadRequest, apiError{Error: err.Error(), Column: rowErr.Column, Path: innerPath(rowErr)}
-	case errors.As(err, &seqErr):
-		return http.StatusConflict, sequenceAnswer(seqErr)
-	case errors.Is(err, engine.ErrInvalidAppend):
-		return http.StatusBadRequest, apiError{Error: err.Error(), Code: codeInvalidAppend}
-	case errors.Is(err, engine.ErrTooManyProducers):
-		return http.StatusTooManyRequests, apiError{Error: "the shard tracks as many producer sessions as it may; append without producer and seq, " +
-			"or wait for idle sessions to expire: " + err.Error(), Code: codeTooManyProducers}
-	case errors.Is(err, engine.ErrBatchTooLarge):
-		return http.StatusRequestEntityTooLarge, apiError{Error: err.Error(), Code: codeTooLarge}
-	case errors.Is(err, wal.ErrPayloadTooLarge):
-		return http.StatusRequestEntityTooLarge, apiError{Error: "the batch does not fit one WAL record; send fewer or smaller rows: " + err.Error(), Code: codeTooLarge}
-	case errors.Is(err, engine.ErrUnknownOutcome):
-		// Before the refusals below: an append queued for the WAL when the
-		// disk filled is ErrNoSpace too, but it may yet be stored.
-		return http.StatusConflict, apiError{Error: "outcome unknown: the rows may or may not be stored; retry them (with the same producer and seq; without a session, ids make the retry idempotent while the rows are in a memtable): " + err.Error(),
-			Code: codeOutcomeUnknown}
-	case errors.Is(err, engine.ErrNoSpace):
-		return http.StatusServiceUnavailable, apiError{Error: "disk full; the shard takes appends again by itself once space is back: " + err.Error(), Code: codeDiskFull}
-	case errors.Is(err, engine.ErrStoreDown):
-		return http.StatusServiceUnavailable, apiError{Error: "the object store does not take the WAL; the shard takes appends again by itself once it does: " + err.Error(), Code: codeStoreDown}
-	case errors.Is(err, engine.ErrMergesBehind):
-		return http.StatusTooManyRequests, apiError{Error: err.Error(), Code: codeMergesBehind}
-	case errors.Is(err, engine.ErrBackpressure):
-		return http.StatusTooManyRequests, apiError{Error: "memtable memory budget exhausted; retry later: " + err.Error(), Code: codeBackpressure}
-	case errors.Is(err, engine.ErrFenced):
-		return http.StatusConflict, apiError{Error: "shard is fenced / not owned here: " + err.Error(), Code: codeNotOwner}
-	case errors.Is(err, engine.ErrStopped), errors.Is(err, engine.ErrClosed):
-		return http.StatusServiceUnavailable, apiError{Error: "shard is stopped: " + err.Error(), Code: codeStopped}
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return http.StatusServiceUnavailable, apiError{Error: err.Error()}
+	cat, ok := errs.CategoryOf(err)
+	if !ok && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		cat, ok = errs.Unavailable, true
 	}
-	return http.StatusInternalServerError, apiError{Error: err.Error()}
+	if !ok {
+		return http.StatusInternalServerError, apiError{Error: err.Error()}
+	}
+	return cat.HTTPStatus(), errorBody(err, cat, locate)
+}
+
+// errorBody is the answer to err, of category cat.
+func errorBody(err error, cat *errs.Category, locate locator) apiError {
+	msg := err.Error()
+	switch cat {
+	case errs.InvalidInput:
+		var rowErr *schema.RowError
+		switch {
+		case errors.As(err, &rowErr):
+			if locate != nil {
+				if e, ok := locate(rowErr); ok {
+					return e
+				}
+			}
+			return apiError{Error: msg, Column: rowErr.Column, Path: innerPath(rowErr)}
+		case errors.Is(err, engine.ErrInvalidAppend):
+			return apiError{Error: msg, Code: codeInvalidAppend}
+		}
+		return apiError{Error: msg}
+	case errs.NotFound:
+		return apiError{Error: msg}
+	case errs.Conflict:
+		var seqErr *engine.SequenceError
+		if errors.As(err, &seqErr) {
+			return sequenceAnswer(seqErr)
+		}
+		return apiError{Error: msg, Code: codeConflict}
+	case errs.LimitReached:
+		return apiError{Error: "the shard tracks as many producer sessions as it may; append without producer and seq, " +
+			"or wait for idle sessions to expire: " + msg, Code: codeTooManyProducers}
+	case errs.TooLarge:
+		switch {
+		case errors.Is(err, wal.ErrPayloadTooLarge):
+			msg = "the batch does not fit one WAL record; send fewer or smaller rows: " + msg
+		case errors.Is(err, engine.ErrTooLarge):
+			msg = "the batch needs more memory than the shard's whole memtable budget; send fewer or smaller rows: " + msg
+		}
+		return apiError{Error: msg, Code: codeTooLarge}
+	case errs.UnknownOutcome:
+		// First in errs' precedence: an append queued for the WAL when
+		// the disk filled is ErrNoSpace too, but it may yet be stored.
+		if errors.Is(err, engine.ErrUnknownOutcome) {
+			msg = "outcome unknown: the rows may or may not be stored; retry them (with the same producer and seq; without a session, ids make the retry idempotent while the rows are in a memtable): " + msg
+		} else {
+			msg = "outcome unknown: " + msg
+		}
+		return apiError{Error: msg, Code: codeOutcomeUnknown}
+	case errs.Unavailable:
+		// Before backpressure in errs' precedence: a full disk and a store
+		// that is down are kinds of engine.ErrBackpressure too.
+		switch {
+		case errors.Is(err, engine.ErrNoSpace):
+			return apiError{Error: "disk full; the shard takes appends again by itself once space is back: " + msg, Code: codeDiskFull}
+		case errors.Is(err, engine.ErrStoreDown):
+			return apiError{Error: "the object store does not take the WAL; the shard takes appends again by itself once it does: " + msg, Code: codeStoreDown}
+		}
+		return apiError{Error: msg}
+	case errs.Backpressure:
+		if errors.Is(err, engine.ErrMergesBehind) {
+			return apiError{Error: msg, Code: codeMergesBehind}
+		}
+		return apiError{Error: "memtable memory budget exhausted; retry later: " + msg, Code: codeBackpressure}
+	case errs.NotOwner:
+		return apiError{Error: "shard is fenced / not owned here: " + msg, Code: codeNotOwner}
+	case errs.Closed:
+		return apiError{Error: "shard is stopped: " + msg, Code: codeStopped}
+	case errs.NotApplied:
+		return apiError{Error: "not applied; retry: " + msg, Code: codeNotApplied}
+	case errs.Corruption:
+		return apiError{Error: "stored data is corrupt: " + msg, Code: codeCorruption}
+	}
+	return apiError{Error: msg}
 }
 
 // parseError is a body that could not be read or decoded.
@@ -648,11 +712,25 @@ func (s *Server) handleFlush(w http.ResponseWriter, r *http.Request, t *table) {
 	}
 	g, err := sh.Flush(r.Context())
 	if err != nil {
-		code, e := s.appendError(err, nil)
+		code, e := s.flushError(err)
 		s.fail(w, r, code, e)
 		return
 	}
 	writeJSON(w, http.StatusOK, FlushResponse{Generation: g})
+}
+
+// flushError maps an error of Flush as appendError does, but that a
+// flush carries no input: an error that blames the request (invalid
+// input, not found, too large) came from the engine's own calls (a name
+// it made, a release out of order) and is a 500, an error the writer did
+// not expect.
+func (s *Server) flushError(err error) (int, apiError) {
+	code, e := s.appendError(err, nil)
+	switch cat, _ := errs.CategoryOf(err); cat {
+	case errs.InvalidInput, errs.NotFound, errs.TooLarge:
+		return http.StatusInternalServerError, apiError{Error: err.Error()}
+	}
+	return code, e
 }
 
 func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request, t *table) {
@@ -678,7 +756,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	reason := s.unready()
 	s.noteReadiness(r, reason)
 	if reason != "" {
-		s.failAt(w, r, slog.LevelDebug, http.StatusServiceUnavailable, apiError{Error: reason})
+		s.failAt(w, r, slog.LevelDebug, errs.Unavailable.HTTPStatus(), apiError{Error: reason})
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

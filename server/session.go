@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/rollwal/rollwal/engine"
+	"github.com/rollwal/rollwal/errs"
 )
 
 // Producer sessions over HTTP. An append names its session with the query
@@ -135,11 +136,11 @@ func (s *Server) handleProducer(w http.ResponseWriter, r *http.Request, t *table
 	}
 	id := r.PathValue("producer")
 	if err := engine.ValidateProducerID(id); err != nil {
-		s.fail(w, r, http.StatusBadRequest, apiError{Error: "producer in the path: " + err.Error(), Code: codeBadParameter, Parameter: "producer"})
+		s.failAs(w, r, errs.InvalidInput, apiError{Error: "producer in the path: " + err.Error(), Code: codeBadParameter, Parameter: "producer"})
 		return
 	}
 	if why := s.stopped(sh); why != "" {
-		s.fail(w, r, http.StatusServiceUnavailable, apiError{Error: fmt.Sprintf("shard %s is stopped: %s", t.shardName(sh.Name()), why), Code: codeStopped})
+		s.failAs(w, r, errs.Closed, apiError{Error: fmt.Sprintf("shard %s is stopped: %s", t.shardName(sh.Name()), why), Code: codeStopped})
 		return
 	}
 	next, known := sh.ProducerNextSeq(id)

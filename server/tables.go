@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/rollwal/rollwal/engine"
+	"github.com/rollwal/rollwal/errs"
 	"github.com/rollwal/rollwal/schema"
 )
 
@@ -146,7 +147,7 @@ func (s *Server) named(h tableHandler) http.HandlerFunc {
 		name := r.PathValue("table")
 		t, ok := s.byName[name]
 		if !ok {
-			s.fail(w, r, http.StatusNotFound, apiError{Error: fmt.Sprintf("unknown table %q: not served here (tables: %s)", name, s.tableList()),
+			s.failAs(w, r, errs.NotFound, apiError{Error: fmt.Sprintf("unknown table %q: not served here (tables: %s)", name, s.tableList()),
 				Code: codeUnknownTable})
 			return
 		}

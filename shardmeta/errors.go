@@ -2,43 +2,44 @@ package shardmeta
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/rollwal/rollwal/errs"
 )
 
 // Category errors, checked with errors.Is. Every error this package returns
 // for one of these conditions wraps exactly one of them and names the shard,
-// the field and the values involved.
+// the field and the values involved. Each carries its category of package errs (see docs/errors.md).
 var (
 	// ErrInvalidManifest: a manifest that is malformed or breaks an
 	// invariant. Decode, Validate and Encode refuse it; stored ones fail
 	// Claim and Load closed.
-	ErrInvalidManifest = errors.New("shardmeta: invalid manifest")
+	ErrInvalidManifest = errs.New(errs.Corruption, "shardmeta: invalid manifest")
 	// ErrInvalidTransition: a change of manifest that would move something
 	// backwards (see CheckTransition).
-	ErrInvalidTransition = errors.New("shardmeta: invalid manifest transition")
+	ErrInvalidTransition = errs.New(errs.InvalidInput, "shardmeta: invalid manifest transition")
 	// ErrInvalidEpoch: the stored epoch counter is unparsable, zero, or
 	// behind the manifest's writer_epoch. Claims fail closed until an
 	// operator repairs it (deleting the key reseeds it from the manifest).
-	ErrInvalidEpoch = errors.New("shardmeta: invalid epoch")
+	ErrInvalidEpoch = errs.New(errs.Corruption, "shardmeta: invalid epoch")
 	// ErrFenced: the claim lost ownership — the owner key (or the epoch key,
 	// or the manifest) moved since the claim's revision. Stop writing and
 	// never retry with the same Claim; claim anew for a new epoch.
-	ErrFenced = errors.New("shardmeta: fenced")
+	ErrFenced = errs.New(errs.NotOwner, "shardmeta: fenced")
 	// ErrOwned: another owner holds the shard. The error is an *OwnedError.
-	ErrOwned = errors.New("shardmeta: shard owned")
+	ErrOwned = errs.New(errs.NotOwner, "shardmeta: shard owned")
 	// ErrNotApplied: an etcd request failed ambiguously, and reading back
 	// proved it had not applied while the claim still holds. Retrying the
 	// same operation is safe.
-	ErrNotApplied = errors.New("shardmeta: not applied")
+	ErrNotApplied = errs.New(errs.NotApplied, "shardmeta: not applied")
 	// ErrUnknownOutcome: a request failed ambiguously and reading back failed
 	// too. The write may or may not have applied; do not assume either.
-	ErrUnknownOutcome = errors.New("shardmeta: unknown outcome")
+	ErrUnknownOutcome = errs.New(errs.UnknownOutcome, "shardmeta: unknown outcome")
 	// ErrInvalidName: a prefix, table or shard name outside
 	// [A-Za-z0-9._-]{1,128}.
-	ErrInvalidName = errors.New("shardmeta: invalid name")
+	ErrInvalidName = errs.New(errs.InvalidInput, "shardmeta: invalid name")
 )
 
 // OwnedError reports the owner found by a refused Claim. It wraps ErrOwned.

@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/rollwal/rollwal/errs"
 	"github.com/rollwal/rollwal/internal/etcderr"
 	"github.com/rollwal/rollwal/schema"
 )
@@ -22,7 +23,7 @@ import (
 // merge cannot put in one table.
 
 // ErrSchemaMismatch marks a configured schema that is not the table's.
-var ErrSchemaMismatch = errors.New("shardmeta: the configured columns are not the table's")
+var ErrSchemaMismatch = errs.New(errs.InvalidInput, "shardmeta: the configured columns are not the table's")
 
 // MaxSchemaRecordBytes bounds one version's record: far below etcd's
 // request limit.

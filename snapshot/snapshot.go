@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/rollwal/rollwal/errs"
 )
 
 // Limits on what a Store accepts. They are checked before any request is
@@ -23,28 +25,28 @@ const (
 	MaxMetadataLen = 64 << 10
 )
 
-// Category errors, checked with errors.Is.
+// Category errors, checked with errors.Is. Each carries its category of package errs (see docs/errors.md).
 var (
 	// ErrConflict: the persist would have moved the stored offset backwards
 	// and changed nothing. The error is a *ConflictError carrying the stored
 	// offset. The caller is behind: it is a zombie, or another writer is
 	// ahead of it. Recover from the stored snapshot; never retry blindly.
-	ErrConflict = errors.New("snapshot: conflict")
+	ErrConflict = errs.New(errs.Conflict, "snapshot: conflict")
 	// ErrUnknownOutcome: the write was sent and no answer came back (a
 	// timeout, a lost connection, a CAS write timeout). It may or may not
 	// have applied, now or later — never treat it as "not applied". Persist
 	// the same offset again (or a higher one): the fence admits an equal
 	// offset, so a retry of one's own landed write succeeds.
-	ErrUnknownOutcome = errors.New("snapshot: unknown outcome")
+	ErrUnknownOutcome = errs.New(errs.UnknownOutcome, "snapshot: unknown outcome")
 	// ErrNotFound: no snapshot is stored under the key (never written,
 	// deleted, or expired).
-	ErrNotFound = errors.New("snapshot: not found")
+	ErrNotFound = errs.New(errs.NotFound, "snapshot: not found")
 	// ErrInvalid: a key, snapshot or option outside the contract. Nothing
 	// was sent.
-	ErrInvalid = errors.New("snapshot: invalid")
+	ErrInvalid = errs.New(errs.InvalidInput, "snapshot: invalid")
 	// ErrCorrupt: a stored snapshot that does not decode. The store fails
 	// closed: Get and Persist refuse the key until an operator deletes it.
-	ErrCorrupt = errors.New("snapshot: corrupt stored snapshot")
+	ErrCorrupt = errs.New(errs.Corruption, "snapshot: corrupt stored snapshot")
 )
 
 // Key names one snapshot: the offset of one source, as one shard of one

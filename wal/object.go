@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/rollwal/rollwal/errs"
 	"github.com/rollwal/rollwal/objstore"
 )
 
@@ -34,7 +35,7 @@ import (
 // records involved is known durable; like ErrNoSpace this is not permanent:
 // the WAL refuses Append and answers SyncTo of positions not yet durable
 // with it, and retries the same object in the background until it lands.
-var ErrStoreDown = errors.New("wal: the object store does not take the WAL's objects; retrying")
+var ErrStoreDown = errs.New(errs.Unavailable, "wal: the object store does not take the WAL's objects; retrying")
 
 // DefaultObjectSize bounds the bytes of one WAL object (a group commit)
 // unless ObjectOptions.ObjectSize says otherwise.

@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/rollwal/rollwal/errs"
 	"github.com/rollwal/rollwal/internal/vfs"
 )
 
 // ErrRepairRefused: Repair found damage it will not cut — a bad record
 // with whole records after it, or a hole of zeros with whole records after
 // it — and changed nothing.
-var ErrRepairRefused = errors.New("wal: repair refused")
+var ErrRepairRefused = errs.New(errs.Corruption, "wal: repair refused")
 
 // Repair is what `writer wal repair` does, beside the format it repairs:
 // it scans the WAL in opts.Dir (see Scan; opts.Record may check payloads
