@@ -12,7 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/rollwal/rollwal/engine"
-	"github.com/rollwal/rollwal/internal/etcdembed"
+	"github.com/rollwal/rollwal/etcdembed"
 	"github.com/rollwal/rollwal/internal/rolloutgen"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/wal"

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/objstore"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // TestPrepareBaseCommitStoreLocations: a catalog with a store registers

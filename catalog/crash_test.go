@@ -3,7 +3,7 @@ package catalog
 import (
 	"testing"
 
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // TestPreparedFilesSurviveCrash: every file a prepared commit names (the

@@ -15,8 +15,8 @@ import (
 	"github.com/apache/iceberg-go/table"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/objstore"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // Type is the catalog type this package reports to iceberg-go.

@@ -15,8 +15,8 @@ import (
 
 	"github.com/rollwal/rollwal/generation"
 	"github.com/rollwal/rollwal/internal/pyenv"
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // renamedRollout is version 2 of the rollout schema, made by hand from

@@ -13,7 +13,7 @@ import (
 
 	icebergio "github.com/apache/iceberg-go/io"
 
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // fileIO is iceberg-go's file interface over a vfs.FS, so that every

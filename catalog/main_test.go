@@ -13,10 +13,10 @@ import (
 	"github.com/apache/iceberg-go/table"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/rollwal/rollwal/etcdembed/etcdtest"
 	"github.com/rollwal/rollwal/generation"
-	"github.com/rollwal/rollwal/internal/etcdembed/etcdtest"
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // etcd is the package's one embedded server; each test uses its own

@@ -21,11 +21,11 @@ import (
 	"github.com/apache/iceberg-go/table"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/rollwal/rollwal/internal/etcdembed/etcdtest"
+	"github.com/rollwal/rollwal/etcdembed/etcdtest"
 	"github.com/rollwal/rollwal/internal/s3test"
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/objstore"
 	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // storeEnv is one catalog whose table rollwal.t lives in an object store,

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/rollwal/rollwal/engine"
-	"github.com/rollwal/rollwal/internal/etcdembed/etcdtest"
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/etcdembed/etcdtest"
 	"github.com/rollwal/rollwal/server"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // writer is a real server over a real engine host with shards s0 and s1.

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/rollwal/rollwal/internal/etcdembed/etcdtest"
+	"github.com/rollwal/rollwal/etcdembed/etcdtest"
 )
 
 // etcd is started by the first test that needs a real writer.

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/rollwal/rollwal/generation"
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // crashWorkload appends from several producers with flushes between rounds

@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/shardmeta"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // TestCrashLoopKeepsEpochRecordsBounded: a writer that appends after every

@@ -9,7 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/rollwal/rollwal/internal/etcdembed"
+	"github.com/rollwal/rollwal/etcdembed"
 	"github.com/rollwal/rollwal/shardmeta"
 )
 

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/rollwal/rollwal/generation"
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // evolveV1 and evolveV2 are a table's first columns and the columns after

@@ -7,7 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 var failoverSeed = flag.Uint64("failover-seed", 0, "seed of TestFailoverLosesNoAckedRow (0: random)")

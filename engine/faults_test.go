@@ -9,9 +9,9 @@ import (
 	"testing"
 
 	"github.com/rollwal/rollwal/generation"
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/publish"
 	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // TestFsyncFailureStopsWriter: a failed WAL fsync is never retried and

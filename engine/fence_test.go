@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // TestLostLeaseFences: once the writer's lease is gone on the server, the

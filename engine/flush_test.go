@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/memtable"
 	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // waitFor polls cond until it holds or a generous bound passes; the bound

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/rollwal/rollwal/generation"
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // testOptions are small, fast options over fs for table.

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // syncBuffer is a log sink tests read while the host writes to it.

@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/rollwal/rollwal/internal/etcdembed/etcdtest"
+	"github.com/rollwal/rollwal/etcdembed/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // TestMetaGenerationAfterFlushedCommits: a generation of meta alone (an

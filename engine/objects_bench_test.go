@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/rollwal/rollwal/internal/s3test"
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/objstore"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // BenchmarkFlushToStore flushes generations of the same rollout rows to

@@ -13,8 +13,8 @@ import (
 
 	"github.com/rollwal/rollwal/generation"
 	"github.com/rollwal/rollwal/internal/s3test"
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/objstore"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // objectStores are the stores the engine's object tests run on: file://

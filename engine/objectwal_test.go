@@ -11,8 +11,8 @@ import (
 
 	"github.com/rollwal/rollwal/internal/s3test"
 	"github.com/rollwal/rollwal/internal/testproc"
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/objstore"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // TestObjectWALOnS3Faults: the WAL in a real versitygw bucket through

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/shardmeta"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // TestLimitsKeepManifestBounded: Options.Validate refuses limits whose

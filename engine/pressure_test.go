@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // TestNoShardStarves: ten shards share one memory budget smaller than ten

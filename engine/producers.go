@@ -15,9 +15,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/memtable"
 	"github.com/rollwal/rollwal/shardmeta"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // producerState is every producer session's mark: its next expected

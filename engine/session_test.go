@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 func session(id string, seq uint64) AppendOptions {

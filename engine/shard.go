@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/rollwal/rollwal/generation"
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/memtable"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
 	"github.com/rollwal/rollwal/snapshot"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // Shard is the writer of one shard for one epoch.

@@ -6,8 +6,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/snapshot"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // TestSnapshotsFollowCommits: after each manifest commit the writer persists

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/snapshot"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // TestSourceNamesRefused: a source name that is not valid UTF-8 or holds a

@@ -15,10 +15,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/rollwal/rollwal/internal/etcdcluster"
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/objstore"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // TestZombieWriterCannotCommit: writer A holds shard s0 through etcd member

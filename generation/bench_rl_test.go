@@ -13,8 +13,8 @@ import (
 	"github.com/parquet-go/parquet-go/compress"
 
 	"github.com/rollwal/rollwal/internal/rolloutgen"
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // rlBenchRows is the rows of one RL generation in the benchmark: about

@@ -15,8 +15,8 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // readBoth runs ReadMeta and Read on path and returns Read's results; it

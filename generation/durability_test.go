@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // After Write returns, a crash keeps the file under its final name, whole.

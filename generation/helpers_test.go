@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // allTypes is a schema with every column type, each both required and

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/rollwal/rollwal/internal/pyenv"
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // pyReader reads each generation file named on its command line with

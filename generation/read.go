@@ -12,8 +12,8 @@ import (
 	"github.com/parquet-go/parquet-go"
 
 	"github.com/rollwal/rollwal/errs"
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // ErrCorrupt marks every error about the content of a generation file: not

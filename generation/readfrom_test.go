@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // The ReaderAt path (ReadStoredFrom, ReadMetaFrom: a generation held by an

@@ -11,8 +11,8 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // Defaults of Options, chosen with BenchmarkFlushShape on 100k rollout rows

@@ -1,6 +1,6 @@
 // Package objstore holds rollwal's immutable files — generations, base data
 // files, Iceberg metadata — by name, on the local filesystem (the default,
-// through internal/vfs) or on S3-compatible object storage.
+// through package vfs) or on S3-compatible object storage.
 //
 // # The contract
 //

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // fileStore keeps each object as a file below root.

@@ -13,9 +13,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/objstore"
 	"github.com/rollwal/rollwal/objstore/storetest"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 func openFile(t testing.TB, fs vfs.FS, dir string) objstore.Store {

@@ -9,8 +9,8 @@ import (
 
 	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/generation"
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // BenchmarkMerge stages one 10,000-row generation against a base of

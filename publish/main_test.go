@@ -25,13 +25,13 @@ import (
 	"github.com/rollwal/rollwal/catalog"
 	"github.com/rollwal/rollwal/catalog/rest"
 	"github.com/rollwal/rollwal/engine"
+	"github.com/rollwal/rollwal/etcdembed/etcdtest"
 	"github.com/rollwal/rollwal/generation"
-	"github.com/rollwal/rollwal/internal/etcdembed/etcdtest"
 	"github.com/rollwal/rollwal/internal/pyenv"
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/objstore"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // etcdClient is the package's one embedded etcd; each test uses its own

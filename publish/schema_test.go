@@ -14,9 +14,9 @@ import (
 
 	"github.com/rollwal/rollwal/generation"
 	"github.com/rollwal/rollwal/internal/pyenv"
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // evolvedSchemas are versions 1 and 2 of a table: version 1 is prompt

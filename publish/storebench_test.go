@@ -11,9 +11,9 @@ import (
 	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/internal/rolloutgen"
 	"github.com/rollwal/rollwal/internal/s3test"
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/objstore"
 	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // BenchmarkMergeFromStore is a merge (publish) pass of mergeGens fresh

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/rollwal/rollwal/engine"
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/publish"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // TestMergesBehindBackpressure: a shard whose manifest holds its limit of

@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/rollwal/rollwal/engine"
-	"github.com/rollwal/rollwal/internal/etcdembed/etcdtest"
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/etcdembed/etcdtest"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 type fixture struct {

@@ -15,8 +15,8 @@ import (
 
 	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/internal/arrowtest"
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/schema"
+	"github.com/rollwal/rollwal/vfs"
 	"github.com/rollwal/rollwal/wal"
 )
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollwal/rollwal/internal/etcdembed"
-	"github.com/rollwal/rollwal/internal/etcdembed/etcdtest"
+	"github.com/rollwal/rollwal/etcdembed"
+	"github.com/rollwal/rollwal/etcdembed/etcdtest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 )

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollwal/rollwal/internal/etcdembed/etcdtest"
+	"github.com/rollwal/rollwal/etcdembed/etcdtest"
 	"github.com/rollwal/rollwal/schema"
 )
 

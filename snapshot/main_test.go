@@ -5,8 +5,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/rollwal/rollwal/internal/etcdembed"
-	"github.com/rollwal/rollwal/internal/etcdembed/etcdtest"
+	"github.com/rollwal/rollwal/etcdembed"
+	"github.com/rollwal/rollwal/etcdembed/etcdtest"
 	"go.uber.org/goleak"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // durableCheck opens what a crash of mem would leave with a new epoch and

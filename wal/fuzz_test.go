@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // fuzzEpoch is the epoch of the segment the fuzzer's bytes pretend to be.

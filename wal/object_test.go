@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/objstore"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 const objPrefix = "t/shards/s0/wal/"

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/rollwal/rollwal/internal/s3test"
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/objstore"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // BenchmarkObjectWALAck measures the acknowledgement latency of the WAL on

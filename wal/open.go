@@ -8,7 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // Open opens the WAL in opts.Dir for a writer of opts.Epoch. It scans every

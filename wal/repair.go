@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/rollwal/rollwal/errs"
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // ErrRepairRefused: Repair found damage it will not cut — a bad record

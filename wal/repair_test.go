@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // TestRepair: a torn tail is reported and left alone without cut, cut

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // The syncer is the one goroutine that writes and syncs segment files.

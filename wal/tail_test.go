@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // TestReadTailWritesNothing: ReadTail reports the tail Open would, over

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // byPosition is Replay's order: ascending first position, the older epoch

@@ -14,7 +14,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/rollwal/rollwal/catalog"
-	"github.com/rollwal/rollwal/internal/etcdembed/etcdtest"
+	"github.com/rollwal/rollwal/etcdembed/etcdtest"
 	"github.com/rollwal/rollwal/schema"
 )
 

@@ -18,10 +18,10 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/rollwal/rollwal/internal/etcdclient"
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/server"
 	"github.com/rollwal/rollwal/shardmeta"
+	"github.com/rollwal/rollwal/vfs"
 	"github.com/rollwal/rollwal/wal"
 )
 

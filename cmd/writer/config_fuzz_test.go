@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // FuzzConfigLoad: no configuration file makes the loader or Validate panic;

@@ -53,7 +53,7 @@ import (
 
 	"github.com/rollwal/rollwal/internal/dirlock"
 	"github.com/rollwal/rollwal/internal/etcdclient"
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // The log lines that name a stale endpoint file.

@@ -21,8 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rollwal/rollwal/etcdembed"
 	"github.com/rollwal/rollwal/internal/dirlock"
-	"github.com/rollwal/rollwal/internal/etcdembed"
 	"github.com/rollwal/rollwal/publish"
 	"github.com/rollwal/rollwal/server"
 )

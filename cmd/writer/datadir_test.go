@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rollwal/rollwal/etcdembed"
 	"github.com/rollwal/rollwal/internal/dirlock"
 	"github.com/rollwal/rollwal/internal/etcdclient"
-	"github.com/rollwal/rollwal/internal/etcdembed"
 )
 
 // startEmbeddedForTest starts dir's embedded etcd as a command would:

@@ -13,10 +13,10 @@ import (
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/rollwal/rollwal/etcdembed"
 	"github.com/rollwal/rollwal/internal/dirlock"
 	"github.com/rollwal/rollwal/internal/etcdclient"
-	"github.com/rollwal/rollwal/internal/etcdembed"
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // addEtcdFlags binds the flags of an external etcd cluster. Without

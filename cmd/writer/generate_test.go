@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/rollwal/rollwal/engine"
-	"github.com/rollwal/rollwal/internal/etcdembed"
+	"github.com/rollwal/rollwal/etcdembed"
 	"github.com/rollwal/rollwal/snapshot"
 )
 

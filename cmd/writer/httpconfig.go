@@ -13,8 +13,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/server"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // HTTPConfig is the http: section: what one client, or many, may hold of

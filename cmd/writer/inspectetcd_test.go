@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rollwal/rollwal/internal/etcdembed"
+	"github.com/rollwal/rollwal/etcdembed"
 )
 
 // TestInspectEtcd: `inspect etcd` shows the embedded etcd's database size,

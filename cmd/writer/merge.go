@@ -19,9 +19,9 @@ import (
 
 	"github.com/rollwal/rollwal/catalog"
 	"github.com/rollwal/rollwal/generation"
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/publish"
 	"github.com/rollwal/rollwal/shardmeta"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 type mergeOptions struct {

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/rollwal/rollwal/generation"
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/publish"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // TestMergeEverySurvivesServeRestart: real processes. `writer merge

@@ -27,10 +27,10 @@ import (
 	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/generation"
 	"github.com/rollwal/rollwal/internal/etcdcluster"
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/publish"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/server"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // serveHelperEnv makes the test binary act as `writer …` (the arguments

@@ -28,9 +28,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/publish"
 	"github.com/rollwal/rollwal/server"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // readmePath is the README, from this package's directory.

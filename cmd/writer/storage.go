@@ -13,8 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/rollwal/rollwal/internal/vfs"
 	"github.com/rollwal/rollwal/objstore"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // StorageConfig is the storage: section (of the process, or of one table

@@ -57,7 +57,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // FileName is the lock file's name inside the data directory.

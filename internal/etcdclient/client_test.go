@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollwal/rollwal/internal/etcdembed"
+	"github.com/rollwal/rollwal/etcdembed"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"

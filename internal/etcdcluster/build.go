@@ -16,7 +16,7 @@ import (
 	"strings"
 
 	"github.com/rollwal/rollwal/internal/testproc"
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 const (
@@ -71,7 +71,7 @@ func build(ctx context.Context) (string, error) {
 	// Build to a unique name and rename into place: other test binaries may
 	// be building the same key right now, and a reader must never see a
 	// partially written executable. (Files are changed through vfs.Default,
-	// as internal/lint requires outside internal/vfs.)
+	// as internal/lint requires outside vfs.)
 	tmpName := fmt.Sprintf("%s.tmp-%d-%x", out, os.Getpid(), rand.Uint64())
 	defer func() { _ = vfs.Default.Remove(tmpName) }() // fails harmlessly after the rename
 

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/rollwal/rollwal/internal/testproc"
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 const (
@@ -73,7 +73,7 @@ func build(ctx context.Context) (string, error) {
 
 	// go install writes GOBIN/versitygw; give it a private GOBIN and rename
 	// the result into place. (Files are changed through vfs.Default, as
-	// internal/lint requires outside internal/vfs.)
+	// internal/lint requires outside vfs.)
 	gobin := filepath.Join(dir, fmt.Sprintf("tmp-%d-%x", os.Getpid(), rand.Uint64()))
 	if err := vfs.Default.MkdirAll(gobin, 0o700); err != nil {
 		return "", fmt.Errorf("s3test: %w", err)

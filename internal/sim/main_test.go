@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/rollwal/rollwal/internal/etcdembed/etcdtest"
+	"github.com/rollwal/rollwal/etcdembed/etcdtest"
 )
 
 // etcd is the package's one embedded server. It outlives every simulated

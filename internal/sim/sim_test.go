@@ -20,8 +20,8 @@ import (
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/rollwal/rollwal/catalog"
+	"github.com/rollwal/rollwal/etcdembed"
 	"github.com/rollwal/rollwal/generation"
-	"github.com/rollwal/rollwal/internal/etcdembed"
 	"github.com/rollwal/rollwal/publish"
 )
 

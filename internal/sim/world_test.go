@@ -23,14 +23,14 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/rollwal/rollwal/engine"
-	"github.com/rollwal/rollwal/internal/etcdembed"
-	"github.com/rollwal/rollwal/internal/etcdembed/etcdtest"
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/etcdembed"
+	"github.com/rollwal/rollwal/etcdembed/etcdtest"
 	"github.com/rollwal/rollwal/objstore"
 	"github.com/rollwal/rollwal/publish"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
 	"github.com/rollwal/rollwal/snapshot"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 const (

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // fsHelper runs filesystem steps that must succeed, so that test cases

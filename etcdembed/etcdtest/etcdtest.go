@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rollwal/rollwal/internal/etcdembed"
-	"github.com/rollwal/rollwal/internal/vfs"
+	"github.com/rollwal/rollwal/etcdembed"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // Shared is a package's embedded etcd. The zero value is ready to use.
