@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"fmt"
 	"syscall"
 
 	"github.com/rollwal/rollwal/errs"
@@ -45,7 +44,7 @@ var (
 	// committed generations that no merge has drained yet; appends wait
 	// for a merge. It is a kind of ErrBackpressure: retry later.
 	// errs.Backpressure.
-	ErrMergesBehind = fmt.Errorf("%w: merges are behind", ErrBackpressure)
+	ErrMergesBehind error = &kindOf{msg: "engine: merges are behind", kinds: []error{ErrBackpressure}}
 	// ErrNoSpace: the disk is full. A WAL segment could not be created or
 	// reserve space, or a generation could not be written; nothing of it
 	// was acknowledged. The shard refuses appends and retries by itself,
@@ -62,7 +61,7 @@ var (
 	// refuses appends, retries by itself and takes appends again once the
 	// store does; it is a kind of ErrBackpressure (retry later).
 	// errs.Unavailable, as ErrNoSpace.
-	ErrStoreDown = errs.Mark(fmt.Errorf("%w: the object store does not take the WAL", ErrBackpressure), errs.Unavailable)
+	ErrStoreDown error = &kindOf{msg: "engine: the object store does not take the WAL", kinds: []error{errs.Unavailable, ErrBackpressure}}
 	// ErrReplay: the WAL holds something replay must not accept (an epoch
 	// above the claimed one, overlapping positions). errs.Corruption.
 	ErrReplay = errs.New(errs.Corruption, "engine: replay refused")
@@ -71,6 +70,17 @@ var (
 	// itself, and calling Flush again is safe. errs.NotApplied.
 	ErrNotApplied = shardmeta.ErrNotApplied
 )
+
+// kindOf is an error in words of its own that is a kind of others too:
+// ErrMergesBehind is ErrBackpressure without the memtable's words about a
+// memory budget, which is not what is short.
+type kindOf struct {
+	msg   string
+	kinds []error
+}
+
+func (e *kindOf) Error() string   { return e.msg }
+func (e *kindOf) Unwrap() []error { return e.kinds }
 
 // noSpaceError is ErrNoSpace: it matches errs.Unavailable, ErrBackpressure
 // and ENOSPC without their words in its message.

@@ -44,7 +44,7 @@ func (s *Shard) objectWALOptions(epoch uint64) wal.ObjectOptions {
 	return wal.ObjectOptions{
 		Store: s.opts.Store, Prefix: s.walObjectPrefix(), Epoch: epoch,
 		Compression: s.opts.WALCompression, ObjectSize: s.opts.WALObjectSize, After: s.walAfter,
-		Logger: s.log,
+		Logger: s.log, Registerer: s.opts.Registerer,
 	}
 }
 
@@ -114,6 +114,6 @@ func (s *Shard) openWAL(ctx context.Context, epoch uint64) (shardLog, error) {
 	return wal.Open(wal.Options{
 		FS: s.opts.FS, Dir: s.walDir(), Epoch: epoch,
 		SegmentSize: s.opts.WALSegmentSize, Preallocate: s.opts.WALPreallocate, Compression: s.opts.WALCompression,
-		After: s.walAfter, Logger: s.log,
+		After: s.walAfter, Logger: s.log, Registerer: s.opts.Registerer,
 	})
 }

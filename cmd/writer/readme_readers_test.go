@@ -44,12 +44,13 @@ var readerExampleRE = regexp.MustCompile(`^<!-- reader-example: ([a-z0-9-]+) -->
 // each either run by TestReadmeReaderExamplesRun or listed in
 // readerExamplesNotRun. An example added to the README without a place
 // here, or one whose marker went missing, fails the test.
-var readerExamples = []string{"pyarrow", "pyiceberg-static", "duckdb", "pyiceberg-rest", "spark"}
+var readerExamples = []string{"pyarrow", "pyiceberg-static", "duckdb", "polars", "pyiceberg-rest", "spark"}
 
 // readerExamplesNotRun are the examples the test leaves out, and why (the
 // README says so beside each).
 var readerExamplesNotRun = map[string]string{
-	"spark": "Spark is not installed here",
+	"spark":  "Spark is not installed here",
+	"polars": "Polars is not in the test venv (scripts/pyenv)",
 }
 
 // The placeholders the README tells readers to replace. The examples run
