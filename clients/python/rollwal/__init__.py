@@ -20,6 +20,8 @@ README.md of this package compares.
 
 import logging as _logging
 
+from . import errors as _errors
+
 from .batcher import DEFAULT_BATCH_BYTES, DEFAULT_BATCH_ROWS, DEFAULT_LINGER, DEFAULT_MAX_PENDING, Batcher
 from .client import (
     DEFAULT_MAX_BACKOFF,
@@ -68,23 +70,8 @@ __all__ = [
     "Source",
     "random_producer_id",
     "validate_producer_id",
-    "RollwalError",
-    "TransportError",
-    "StatusError",
-    "BadRequestError",
-    "InvalidRowError",
-    "UnauthorizedError",
-    "NotOwnerError",
-    "SequenceError",
-    "TooLargeError",
-    "BackpressureError",
-    "TooManyProducersError",
-    "UnavailableError",
-    "UnknownOutcomeError",
-    "NotSentError",
-    "ClosedError",
-    "CancelledError",
-    "BatcherTimeoutError",
+    # every exception class of rollwal.errors
+    *(_name for _name in _errors.__all__ if _name.endswith("Error")),
     "DEFAULT_MAX_RETRIES",
     "DEFAULT_MIN_BACKOFF",
     "DEFAULT_MAX_BACKOFF",
