@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -125,10 +126,16 @@ func printSummary(out io.Writer, path string) error {
 	}
 	fmt.Fprintf(out, "%d passed, %d failed, %d skipped\n", len(byResult["pass"]), len(byResult["fail"]), len(byResult["skip"]))
 	for _, r := range []struct{ result, label string }{{"fail", "failed"}, {"skip", "skipped"}} {
-		names := byResult[r.result]
-		slices.Sort(names)
-		for _, n := range slices.Compact(names) {
-			fmt.Fprintf(out, "  %s: %s\n", r.label, n)
+		runs := map[string]int{} // a test of two runs (go test, then -race) counts twice
+		for _, n := range byResult[r.result] {
+			runs[n]++
+		}
+		for _, n := range slices.Sorted(maps.Keys(runs)) {
+			if runs[n] > 1 {
+				fmt.Fprintf(out, "  %s: %s (%d runs)\n", r.label, n, runs[n])
+			} else {
+				fmt.Fprintf(out, "  %s: %s\n", r.label, n)
+			}
 		}
 	}
 	return nil

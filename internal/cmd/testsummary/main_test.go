@@ -37,6 +37,7 @@ func TestSummaryCountsEveryResult(t *testing.T) {
 	}
 	run2 := `{"Action":"pass","Package":"p/c","Test":"TestD"}
 {"Action":"skip","Package":"p/c","Test":"TestE"}
+{"Action":"skip","Package":"p/a","Test":"TestB"}
 `
 	if err := recordRun(strings.NewReader(run2), &bytes.Buffer{}, path); err != nil {
 		t.Fatal(err)
@@ -45,9 +46,9 @@ func TestSummaryCountsEveryResult(t *testing.T) {
 	if err := printSummary(&sum, path); err != nil {
 		t.Fatal(err)
 	}
-	want := "2 passed, 2 failed, 2 skipped\n" +
+	want := "2 passed, 2 failed, 3 skipped\n" +
 		"  failed: p/a.TestC\n  failed: p/a.TestC/sub\n" +
-		"  skipped: p/a.TestB\n  skipped: p/c.TestE\n"
+		"  skipped: p/a.TestB (2 runs)\n  skipped: p/c.TestE\n"
 	if sum.String() != want {
 		t.Fatalf("summary:\n%s\nwant\n%s", sum.String(), want)
 	}
