@@ -84,7 +84,7 @@ func (s *Server) HTTPServer() *http.Server { return s.httpServer(s, s.conns) }
 // timeouts of Options.HTTP. Serve it on ProbeListener(ln): its connections
 // are not counted against the ingest listener's, so that probes answer
 // however many clients hold the ingest listener.
-func (s *Server) ProbeServer() *http.Server { return s.httpServer(s.probes, s.probeConns) }
+func (s *Server) ProbeServer() *http.Server { return s.httpServer(s.http.wrap(s.probes), s.probeConns) }
 
 func (s *Server) httpServer(h http.Handler, conns *connCount) *http.Server {
 	o := s.opts.HTTP

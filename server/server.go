@@ -132,6 +132,8 @@ type Server struct {
 	probeConns *connCount
 	tokens     tokens
 	probes     *http.ServeMux // /livez, /readyz, /metrics
+	http       *httpMetrics
+	handler    http.Handler // mux, counted and timed
 
 	// readyMu guards reason, the last answer of /readyz ("" ready), whose
 	// changes alone are logged above DEBUG.
@@ -161,11 +163,13 @@ func New(opts Options) *Server {
 		inflight: newInflight(opts.MaxInflightBytes, int64(opts.MaxInflightRequests), opts.InflightWait, opts.Registry),
 		tokens:   newTokens(opts.IngestTokens, opts.AdminTokens), probes: http.NewServeMux(), reason: "not started"}
 	s.conns, s.probeConns = newConnCounts(opts.Registry)
+	s.http = newHTTPMetrics(opts.Registry)
 	for _, t := range opts.tables() {
 		s.tables = append(s.tables, newTable(t))
 		s.byName[t.Name] = s.tables[len(s.tables)-1]
 	}
 	s.route()
+	s.handler = s.http.wrap(s.mux)
 	opts.Logger.Info("http limits", "max_body_bytes", opts.MaxBodyBytes, "max_inflight_bytes", opts.MaxInflightBytes,
 		"max_inflight_requests", opts.MaxInflightRequests, "max_conns", opts.HTTP.MaxConns,
 		"ingest_tokens", len(opts.IngestTokens), "admin_tokens", len(opts.AdminTokens))
@@ -231,7 +235,7 @@ func (s *Server) Inflight() InflightStats { return s.inflight.stats() }
 func (s *Server) SetReady(ready bool) { s.ready.Store(ready) }
 
 // ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 // apiError is the JSON body of every error answer. Line locates an NDJSON
 // row (1-based) and ByteOffset, where known, the refused byte in that line
@@ -349,6 +353,7 @@ func (s *Server) failAt(w http.ResponseWriter, r *http.Request, level slog.Level
 		w.Header().Set("Retry-After", "5")
 	}
 	s.opts.Logger.Log(r.Context(), level, "request failed", "method", r.Method, "path", r.URL.Path, "status", code, "err", e.Error)
+	s.http.refusal(code, e.Code)
 	writeJSON(w, code, e)
 }
 

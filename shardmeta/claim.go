@@ -154,7 +154,8 @@ func (s *Store) claimOnce(ctx context.Context, shard string, owner Owner, lease 
 		return nil, errMoved // read again: the next snapshot decides
 	}
 	if err == nil {
-		s.log.Info("shard claimed", "shard", shard, "epoch", c.Epoch, "token", c.Token,
+		// The engine logs the claim at info, with the WAL it opens.
+		s.log.Debug("shard claimed", "shard", shard, "epoch", c.Epoch, "token", c.Token,
 			"start_generation", c.Manifest.CurrentGeneration, "writer", owner.Writer)
 	}
 	return c, err

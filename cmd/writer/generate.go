@@ -62,7 +62,7 @@ func newGenerate() *cobra.Command {
 	f.IntVar(&o.producers, "producers", 4, "concurrent producers per shard")
 	f.Uint64Var(&o.seed, "seed", 1, "generator seed")
 	f.Int64Var(&o.flushBytes, "flush-bytes", 32<<20, "seal a memtable at this many bytes")
-	f.StringVar(&o.compression, "wal-compression", "s2", "WAL compression: none, s2 or zstd")
+	f.StringVar(&o.compression, "wal-compression", "none", "WAL compression: none (the default, as serve's wal.compression), s2 or zstd")
 	f.StringVarP(&o.output, "output", "o", "table", "output: table or json")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "log progress")
 	f.StringVar(&o.schema, "schema", "rollout", "rows to generate: rollout (the default schema: prompt and completion text) or rl (token ids, log-probabilities, chat messages)")

@@ -21,6 +21,8 @@ func TestWALConfig(t *testing.T) {
 		{"storage: {url: file:///tmp/b}\ntables: [{name: a}, {name: b, storage: {}}]\nwal: {backend: object}",
 			`wal.backend "object": needs an object store: set tables[1].storage.url`},
 		{"wal: {backend: object, bogus: 1}", `bogus`},
+		{"wal: {compression: lz4}", `wal.compression "lz4": want none, s2 or zstd`},
+		{"wal: {compression: s2}", ""},
 		{"wal: {backend: local}", ""},
 		{"storage: {url: file:///tmp/b}\nwal: {backend: object, object_size: 1048576}", ""},
 	} {
@@ -30,7 +32,7 @@ func TestWALConfig(t *testing.T) {
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%s: config check: %v\n%s", tc.yaml, err, out)
-		case tc.want == "" && !strings.Contains(out, "wal:\n  backend: "):
+		case tc.want == "" && !strings.Contains(out, "\nwal:\n  "):
 			t.Errorf("%s: config check does not print the wal: section:\n%s", tc.yaml, out)
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("%s: config check: %v\n%s\nwant an error holding %q", tc.yaml, err, out, tc.want)
