@@ -126,8 +126,14 @@ type shardSummary struct {
 	CurrentGeneration uint64           `json:"current_generation"`
 	ReplayCursor      uint64           `json:"replay_cursor"`
 	Generations       int              `json:"generations"`
-	Rows              int64            `json:"rows"`
-	Bytes             int64            `json:"bytes"`
+	// Watermark is the last generation merged into the base; Unmerged
+	// counts the listed generations above it, DrainPending those at or
+	// below it, merged and waiting for the owner to drain them.
+	Watermark    uint64 `json:"watermark"`
+	Unmerged     int    `json:"unmerged"`
+	DrainPending int    `json:"drain_pending"`
+	Rows         int64  `json:"rows"`
+	Bytes        int64  `json:"bytes"`
 }
 
 func (in *inspector) shards(ctx context.Context, _ []string) error {
@@ -135,9 +141,13 @@ func (in *inspector) shards(ctx context.Context, _ []string) error {
 	if err != nil {
 		return err
 	}
+	base, _, err := in.store.LoadBaseState(ctx)
+	if err != nil {
+		return err
+	}
 	sums := []shardSummary{}
 	for _, name := range names {
-		s, err := in.summary(ctx, name)
+		s, err := in.summary(ctx, name, base.Shards[name].Watermark)
 		if err != nil {
 			return err
 		}
@@ -151,14 +161,14 @@ func (in *inspector) shards(ctx context.Context, _ []string) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(in.out, 2, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "SHARD\tEPOCH\tOWNER\tADDRESS\tGENERATIONS\tROWS\tBYTES\tCURRENT\tREPLAY_CURSOR")
+	fmt.Fprintln(tw, "SHARD\tEPOCH\tOWNER\tADDRESS\tGENERATIONS\tUNMERGED\tDRAIN_PENDING\tWATERMARK\tROWS\tBYTES\tCURRENT\tREPLAY_CURSOR")
 	for _, s := range sums {
 		owner, addr := "-", "-"
 		if s.Owner != nil {
 			owner, addr = s.Owner.Writer, s.Owner.Address
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", s.Shard, s.Epoch, owner, addr,
-			s.Generations, s.Rows, s.Bytes, s.CurrentGeneration, s.ReplayCursor)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\n", s.Shard, s.Epoch, owner, addr,
+			s.Generations, s.Unmerged, s.DrainPending, s.Watermark, s.Rows, s.Bytes, s.CurrentGeneration, s.ReplayCursor)
 	}
 	return tw.Flush()
 }
@@ -181,7 +191,7 @@ func (in *inspector) listShards(ctx context.Context) ([]string, error) {
 	return slices.Compact(names), nil
 }
 
-func (in *inspector) summary(ctx context.Context, shard string) (shardSummary, error) {
+func (in *inspector) summary(ctx context.Context, shard string, watermark uint64) (shardSummary, error) {
 	m, _, err := in.store.Load(ctx, shard)
 	if err != nil {
 		return shardSummary{}, err
@@ -191,10 +201,15 @@ func (in *inspector) summary(ctx context.Context, shard string) (shardSummary, e
 		return shardSummary{}, err
 	}
 	s := shardSummary{Shard: shard, Epoch: m.WriterEpoch, Owner: owner, CurrentGeneration: m.CurrentGeneration,
-		ReplayCursor: m.ReplayCursor, Generations: len(m.Flushed)}
+		ReplayCursor: m.ReplayCursor, Generations: len(m.Flushed), Watermark: watermark}
 	for _, g := range m.Flushed {
 		s.Rows += g.Rows
 		s.Bytes += g.Bytes
+		if g.Number <= watermark {
+			s.DrainPending++
+		} else {
+			s.Unmerged++
+		}
 	}
 	return s, nil
 }
