@@ -59,9 +59,18 @@ func newRoot() *cobra.Command {
 
 // newLogger logs text on a terminal and JSON otherwise.
 func newLogger(level slog.Level) *slog.Logger {
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationText}
 	if term.IsTerminal(int(os.Stderr.Fd())) {
 		return slog.New(slog.NewTextHandler(os.Stderr, opts))
 	}
 	return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+}
+
+// durationText logs every duration in one form, Go's ("1.5s", "250ms"),
+// in JSON as in text: the JSON handler would print nanoseconds otherwise.
+func durationText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }

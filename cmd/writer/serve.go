@@ -236,7 +236,7 @@ func openShards(ctx context.Context, tables []server.Table, log *slog.Logger) er
 				}
 				return fmt.Errorf("open shard %s: %w", name, err)
 			}
-			log.Info("shard open", "table", t.Name, "shard", name, "epoch", sh.Epoch(), "took", time.Since(start).Round(time.Millisecond).String())
+			log.Info("shard open", "table", t.Name, "shard", name, "epoch", sh.Epoch(), "took", time.Since(start).Round(time.Millisecond))
 		}
 	}
 	return nil

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -38,5 +40,16 @@ func TestVersionRevisionFromLdflags(t *testing.T) {
 	}
 	if m.GetGauge().GetValue() != 1 || labels["revision"] != "0123abcd" || labels["go_version"] != v.Go || labels["version"] != v.Version {
 		t.Fatalf("writer_build_info %v = %v", labels, m.GetGauge().GetValue())
+	}
+}
+
+// TestDurationsLogInOneForm: the writer's logs print a duration as Go
+// does ("1.5s"), in JSON as in text, never as nanoseconds.
+func TestDurationsLogInOneForm(t *testing.T) {
+	var out bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{ReplaceAttr: durationText}))
+	log.Info("shard open", "took", 1500*time.Millisecond, slog.Group("replay", "duration", 250*time.Millisecond))
+	if s := out.String(); !strings.Contains(s, `"took":"1.5s"`) || !strings.Contains(s, `"duration":"250ms"`) {
+		t.Fatalf("logged %s; want durations as 1.5s and 250ms", s)
 	}
 }
