@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/rollwal/rollwal/generation"
@@ -123,7 +124,11 @@ func (s *Shard) afterProducerCommit(prev, next *shardmeta.Manifest) {
 	s.expireLive()
 	s.mu.Unlock()
 	s.removeStaleProducerFiles()
-	s.removeStaleProducerObjects(context.Background())
+	if prev.ProducerState != nil {
+		// The state just replaced; failed attempts' objects are the
+		// open's sweep to delete (removeStaleProducerObjects).
+		s.deleteProducerObject(filepath.Base(prev.ProducerState.File))
+	}
 }
 
 // pendingCommit is a generation whose manifest commit ended without a

@@ -121,16 +121,7 @@ func TestObjectWALOnS3Faults(t *testing.T) {
 	s2 := mustOpen(t, h2, "s0")
 	inGen, _ := committed(t, opts.FS, opts, "s0")
 	inMem := memtableIDs(s2)
-	for id := range acked {
-		if inGen[id]+inMem[id] != 1 {
-			t.Fatalf("acknowledged id %s: %d committed, %d in the memtable", id, inGen[id], inMem[id])
-		}
-	}
-	for id, n := range inGen {
-		if n+inMem[id] > 1 {
-			t.Fatalf("id %s stored %d times", id, n+inMem[id])
-		}
-	}
+	wantOnce(t, acked, inGen, inMem)
 	t.Logf("%d acknowledged ids, each once; %d committed, %d replayed", len(acked), len(inGen), len(inMem))
 }
 
@@ -198,11 +189,7 @@ func TestWALBackendSwitch(t *testing.T) {
 	s := mustOpen(t, h, "s0")
 	inGen, _ := committed(t, opts.FS, opts, "s0")
 	inMem := memtableIDs(s)
-	for id := range want {
-		if inGen[id]+inMem[id] != 1 {
-			t.Fatalf("id %s: %d committed, %d in the memtable; want once", id, inGen[id], inMem[id])
-		}
-	}
+	wantOnce(t, want, inGen, inMem)
 	if n := len(inGen) + len(inMem); n != len(want) {
 		t.Fatalf("%d ids stored, want %d", n, len(want))
 	}
@@ -242,6 +229,11 @@ func TestObjectWALFailoverKeepsSessions(t *testing.T) {
 	if _, err := sb.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// The producer state of A's commit was deleted from the store when
+	// B's replaced it: one object, the committed one.
+	if infos, err := b.Store.List(ctx, sb.producerObjectKey("")+"/"); err != nil || len(infos) != 1 {
+		t.Fatalf("producer state objects after B's commit: %v, %v; want the committed one alone", infos, err)
+	}
 	inGen, _ := committed(t, b.FS, b, "s0")
 	if len(inGen) != 25 {
 		t.Fatalf("%d ids committed, want 25", len(inGen))
@@ -249,6 +241,22 @@ func TestObjectWALFailoverKeepsSessions(t *testing.T) {
 	for id, n := range inGen {
 		if n != 1 {
 			t.Fatalf("id %s committed %d times", id, n)
+		}
+	}
+}
+
+// wantOnce fails unless every id of want is stored once (committed or in
+// a memtable) and no id twice.
+func wantOnce(t *testing.T, want map[string]bool, inGen, inMem map[string]int) {
+	t.Helper()
+	for id := range want {
+		if inGen[id]+inMem[id] != 1 {
+			t.Fatalf("id %s: %d committed, %d in the memtable; want once", id, inGen[id], inMem[id])
+		}
+	}
+	for id, n := range inGen {
+		if n+inMem[id] > 1 {
+			t.Fatalf("id %s stored %d times", id, n+inMem[id])
 		}
 	}
 }

@@ -270,9 +270,20 @@ func (s *Shard) readProducerObject(ctx context.Context, name string) ([]byte, er
 	return data, nil
 }
 
+// deleteProducerObject deletes the store's copy of producer state name;
+// a failure leaves it to the next open's sweep.
+func (s *Shard) deleteProducerObject(name string) {
+	if s.opts.Store == nil {
+		return
+	}
+	if err := s.opts.Store.Delete(context.Background(), s.producerObjectKey(name)); err != nil {
+		s.log.Warn("delete old producer state object", "object", s.producerObjectKey(name), "err", err)
+	}
+}
+
 // removeStaleProducerObjects deletes the store's producer states the
 // committed manifest does not name: older states, failed attempts, a
-// fenced writer's. Only the owner runs it, after its claim or a commit.
+// fenced writer's. Only the owner runs it, after its claim.
 func (s *Shard) removeStaleProducerObjects(ctx context.Context) {
 	if s.opts.Store == nil {
 		return
