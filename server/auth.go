@@ -37,6 +37,15 @@ type tokens struct {
 	ingest, admin [][sha256.Size]byte
 }
 
+// SetTokens replaces the accepted tokens of both kinds at once, for
+// rotation without a restart: a request is checked against the old set or
+// the new, never a mix. Whether a kind is required is the caller's to
+// keep: a kind set to none admits everyone from then on.
+func (s *Server) SetTokens(ingest, admin []string) {
+	t := newTokens(ingest, admin)
+	s.tokens.Store(&t)
+}
+
 func newTokens(ingest, admin []string) tokens {
 	digest := func(ts []string) [][sha256.Size]byte {
 		var out [][sha256.Size]byte
@@ -79,7 +88,7 @@ func (s *Server) authorize(need scope, h http.HandlerFunc) http.HandlerFunc {
 
 // allowed checks the request's token, or answers 401 or 403.
 func (s *Server) allowed(w http.ResponseWriter, r *http.Request, need scope) bool {
-	t := s.tokens
+	t := s.tokens.Load()
 	if len(t.ingest) == 0 && len(t.admin) == 0 {
 		return true
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -91,5 +92,45 @@ func (f *fixture) checkAuth(t *testing.T, i int, c authCase) {
 	}
 	if after := f.walTail(t); after != before {
 		t.Fatalf("%d: a refused request moved the WAL tail from %d to %d", i, before, after)
+	}
+}
+
+// TestSetTokensWhileServing: tokens swapped while requests run (the race
+// detector watches the swap); each request is judged by the old set or the
+// new one, and once SetTokens returned the old token is refused.
+func TestSetTokensWhileServing(t *testing.T) {
+	f := newServerFixture(t, nil, func(o *Options) { o.IngestTokens = []string{ingestToken} })
+	f.srv.SetReady(true)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if code, _, b := f.doToken(t, "GET", "/v1/shards/s0", "", "", ingestToken); code != 200 && code != 401 {
+					t.Errorf("during the swap: %d %s", code, b)
+					return
+				}
+			}
+		}()
+	}
+	for i := range 50 {
+		if i%2 == 0 {
+			f.srv.SetTokens([]string{ingestToken2}, nil)
+		} else {
+			f.srv.SetTokens([]string{ingestToken, ingestToken2}, nil)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	f.srv.SetTokens([]string{ingestToken2}, nil)
+	for i, c := range []authCase{{"GET", "/v1/shards/s0", ingestToken, 401, `error="invalid_token"`}, {"GET", "/v1/shards/s0", ingestToken2, 200, ""}} {
+		f.checkAuth(t, i, c)
 	}
 }

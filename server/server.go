@@ -130,7 +130,7 @@ type Server struct {
 	inflight   *inflight
 	conns      *connCount // of the ingest listener
 	probeConns *connCount
-	tokens     tokens
+	tokens     atomic.Pointer[tokens] // swapped whole by SetTokens
 	probes     *http.ServeMux // /livez, /readyz, /metrics
 	http       *httpMetrics
 	handler    http.Handler // mux, counted and timed
@@ -161,7 +161,8 @@ func New(opts Options) *Server {
 	s := &Server{opts: opts, mux: http.NewServeMux(), byName: map[string]*table{},
 		probing: map[*engine.Shard]*probe{}, last: map[*engine.Shard]string{},
 		inflight: newInflight(opts.MaxInflightBytes, int64(opts.MaxInflightRequests), opts.InflightWait, opts.Registry),
-		tokens:   newTokens(opts.IngestTokens, opts.AdminTokens), probes: http.NewServeMux(), reason: "not started"}
+		probes: http.NewServeMux(), reason: "not started"}
+	s.SetTokens(opts.IngestTokens, opts.AdminTokens)
 	s.conns, s.probeConns = newConnCounts(opts.Registry)
 	s.http = newHTTPMetrics(opts.Registry)
 	for _, t := range opts.tables() {

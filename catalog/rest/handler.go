@@ -106,8 +106,36 @@ type handler struct {
 	cat    Reader
 	opts   Options
 	log    *slog.Logger
-	tokens [][sha256.Size]byte
+	tokens atomic.Pointer[[][sha256.Size]byte] // swapped whole by SetTokens
 	refs   atomic.Uint64
+}
+
+// Handler is the catalog's http.Handler, whose tokens can be replaced
+// while it serves.
+type Handler struct{ h *handler }
+
+func (x *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { x.h.ServeHTTP(w, r) }
+
+// SetTokens replaces the accepted tokens, for rotation without a restart;
+// a request is checked against the old set or the new, never a mix. None
+// admits everyone from then on: keeping a token required is the
+// caller's to do.
+func (x *Handler) SetTokens(tokens []string) error {
+	o := Options{Tokens: tokens}
+	o.EnsureDefaults()
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	x.h.setTokens(tokens)
+	return nil
+}
+
+func (h *handler) setTokens(tokens []string) {
+	ds := make([][sha256.Size]byte, 0, len(tokens))
+	for _, t := range tokens {
+		ds = append(ds, sha256.Sum256([]byte(t)))
+	}
+	h.tokens.Store(&ds)
 }
 
 // Reader is what the handler reads of a catalog: every icecat.Catalog is
@@ -124,7 +152,7 @@ type Reader interface {
 // NewHandler returns the read-only REST catalog over cat (see the package
 // documentation). It panics when cat is nil or opts do not validate: call
 // opts.Validate first to get an error instead.
-func NewHandler(cat Reader, opts Options) http.Handler {
+func NewHandler(cat Reader, opts Options) *Handler {
 	opts.EnsureDefaults()
 	if err := opts.Validate(); err != nil {
 		panic(err)
@@ -133,10 +161,8 @@ func NewHandler(cat Reader, opts Options) http.Handler {
 		panic("rest: nil catalog")
 	}
 	h := &handler{cat: cat, opts: opts, log: opts.Logger}
-	for _, t := range opts.Tokens {
-		h.tokens = append(h.tokens, sha256.Sum256([]byte(t)))
-	}
-	return h
+	h.setTokens(opts.Tokens)
+	return &Handler{h}
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -205,7 +231,8 @@ func splitPath(escaped string) ([]string, error) {
 // authorized checks the bearer token when tokens are configured, or
 // answers 401.
 func (h *handler) authorized(w http.ResponseWriter, r *http.Request) bool {
-	if len(h.tokens) == 0 {
+	tokens := *h.tokens.Load()
+	if len(tokens) == 0 {
 		return true
 	}
 	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
@@ -218,8 +245,8 @@ func (h *handler) authorized(w http.ResponseWriter, r *http.Request) bool {
 	}
 	d := sha256.Sum256([]byte(tok))
 	found := 0
-	for i := range h.tokens { // every digest, in constant time: the time says nothing of which matched
-		found |= subtle.ConstantTimeCompare(d[:], h.tokens[i][:])
+	for i := range tokens { // every digest, in constant time: the time says nothing of which matched
+		found |= subtle.ConstantTimeCompare(d[:], tokens[i][:])
 	}
 	if found == 1 {
 		return true

@@ -40,7 +40,8 @@ type HTTPConfig struct {
 	// listener of their own, which ingest's connections cannot fill.
 	ProbeListen string `yaml:"probe_listen"`
 	// The token files hold one bearer token a line (several: all are
-	// accepted, for rotation); read at start.
+	// accepted, for rotation); read at start and at every SIGHUP
+	// (reload.go).
 	IngestTokenFile string `yaml:"ingest_token_file"`
 	AdminTokenFile  string `yaml:"admin_token_file"`
 	// TLS, when its cert_file is set, serves the ingest, admin and Iceberg
@@ -49,8 +50,8 @@ type HTTPConfig struct {
 }
 
 // HTTPTLSConfig is the http.tls: section: the server side of TLS on
-// serve's listeners. Its files are read once, at start: restart to pick up
-// a renewed certificate.
+// serve's listeners. Its files are read at start and again at every
+// SIGHUP (reload.go), which swaps in a renewed certificate.
 type HTTPTLSConfig struct {
 	// CertFile and KeyFile are the PEM server certificate (chain, leaf
 	// first) and its key; both or neither. Set, the ingest listener, the

@@ -275,6 +275,11 @@ func tryDo(c *http.Client, method, url, contentType, body string) (int, []byte, 
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
+	return doRequest(c, req)
+}
+
+// doRequest sends req and reads the whole answer.
+func doRequest(c *http.Client, req *http.Request) (int, []byte, error) {
 	resp, err := c.Do(req)
 	if err != nil {
 		return 0, nil, err

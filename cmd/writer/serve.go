@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 
+	"github.com/rollwal/rollwal/catalog/rest"
 	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/internal/etcdclient"
 	"github.com/rollwal/rollwal/schema"
@@ -98,11 +99,13 @@ func newServe() *cobra.Command {
 // close the host (flush, release the leases), close the snapshot store and
 // etcd.
 func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
-	setMemoryLimit(log, o.config())   // first, so that the embedded etcd starts under it too (memory.go)
-	tlsCfg, err := o.http.TLS.build() // nil unless http.tls.cert_file; read once, here
+	setMemoryLimit(log, o.config())            // first, so that the embedded etcd starts under it too (memory.go)
+	creds, err := loadCredentials(o.http, log) // tokens and certificates, again at each SIGHUP (reload.go)
 	if err != nil {
 		return err
 	}
+	defer creds.catchHangup()()
+	tlsCfg := creds.listenerTLS() // nil unless http.tls.cert_file
 	// The data dir's lock, the metadata store and the snapshot store first:
 	// a second serve on a data dir in use, or one whose snapshot store does
 	// not answer, fails here, before it opens a port that probes would find.
@@ -142,6 +145,10 @@ func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
 		return err
 	}
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo(readVersion()))
+	if err := creds.register(registry); err != nil {
+		lns.close()
+		return err
+	}
 	cfg := o.config()
 	srvOpts := server.Options{Logger: log, Registry: registry, MaxBodyBytes: o.maxBodyBytes}
 	if err := o.serverOptions(&srvOpts, cfg.memoryBudget(), log); err != nil {
@@ -179,12 +186,15 @@ func (o *serveOptions) run(ctx context.Context, log *slog.Logger) (err error) {
 	}
 	srv := server.New(srvOpts)
 	servers, served := lns.serve(srv, tlsCfg) // /livez and /readyz answer while the shards replay
+	creds.srv = srv
 	if restSrv != nil {
 		serveIcebergREST(restSrv, lns.rest, tlsCfg, log)
 		servers = append(servers, restSrv)
+		creds.rest = restSrv.Handler.(*rest.Handler)
 	}
+	creds.reloadOnHangup(ctx)
 	log.Info("http server started; ready once the shards are claimed and replayed", "addr", addr, "probe_addr", lns.probeAddr(),
-		"scheme", scheme(tlsCfg), "client_certs", tlsCfg != nil && tlsCfg.ClientAuth != tls.NoClientCert)
+		"scheme", scheme(tlsCfg), "client_certs", creds.clientCerts())
 
 	runErr := openShards(ctx, srvOpts.Tables, log)
 	opened := runErr == nil && ctx.Err() == nil
