@@ -131,7 +131,7 @@ type Server struct {
 	conns      *connCount // of the ingest listener
 	probeConns *connCount
 	tokens     atomic.Pointer[tokens] // swapped whole by SetTokens
-	probes     *http.ServeMux // /livez, /readyz, /metrics
+	probes     *http.ServeMux         // /livez, /readyz, /metrics
 	http       *httpMetrics
 	handler    http.Handler // mux, counted and timed
 
@@ -161,7 +161,7 @@ func New(opts Options) *Server {
 	s := &Server{opts: opts, mux: http.NewServeMux(), byName: map[string]*table{},
 		probing: map[*engine.Shard]*probe{}, last: map[*engine.Shard]string{},
 		inflight: newInflight(opts.MaxInflightBytes, int64(opts.MaxInflightRequests), opts.InflightWait, opts.Registry),
-		probes: http.NewServeMux(), reason: "not started"}
+		probes:   http.NewServeMux(), reason: "not started"}
 	s.SetTokens(opts.IngestTokens, opts.AdminTokens)
 	s.conns, s.probeConns = newConnCounts(opts.Registry)
 	s.http = newHTTPMetrics(opts.Registry)
