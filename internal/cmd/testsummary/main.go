@@ -10,6 +10,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -18,6 +19,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -27,6 +29,7 @@ type event struct {
 	Package string
 	Test    string
 	Output  string
+	Elapsed float64 // seconds, on pass and fail
 }
 
 func main() {
@@ -106,22 +109,35 @@ func take(e event, out, results io.Writer, held map[string]*strings.Builder) err
 		}
 		delete(held, key)
 	}
-	_, err := fmt.Fprintf(results, "%s\t%s\t%s\n", e.Action, e.Package, e.Test)
+	_, err := fmt.Fprintf(results, "%s\t%s\t%s\t%.2f\n", e.Action, e.Package, e.Test, e.Elapsed)
 	return err
 }
 
+// slowest is how many of the longest top-level tests the summary names:
+// where to look when the suite outgrows its time.
+const slowest = 10
+
 // printSummary prints "N passed, N failed, N skipped" over the recorded
-// results, then the failed and the skipped tests by name.
+// results, then the failed and the skipped tests by name, then the slowest
+// top-level tests.
 func printSummary(out io.Writer, path string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
 	byResult := map[string][]string{}
+	var timed []timing
 	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		parts := strings.SplitN(line, "\t", 3)
-		if len(parts) == 3 {
-			byResult[parts[0]] = append(byResult[parts[0]], parts[1]+"."+parts[2])
+		parts := strings.Split(line, "\t")
+		if len(parts) < 3 {
+			continue
+		}
+		name := parts[1] + "." + parts[2]
+		byResult[parts[0]] = append(byResult[parts[0]], name)
+		if len(parts) == 4 && parts[0] != "skip" && !strings.Contains(parts[2], "/") {
+			if secs, err := strconv.ParseFloat(parts[3], 64); err == nil {
+				timed = append(timed, timing{name, secs})
+			}
 		}
 	}
 	fmt.Fprintf(out, "%d passed, %d failed, %d skipped\n", len(byResult["pass"]), len(byResult["fail"]), len(byResult["skip"]))
@@ -138,5 +154,15 @@ func printSummary(out io.Writer, path string) error {
 			}
 		}
 	}
+	slices.SortStableFunc(timed, func(a, b timing) int { return cmp.Compare(b.secs, a.secs) })
+	for _, t := range timed[:min(slowest, len(timed))] {
+		fmt.Fprintf(out, "  slow: %s %.1fs\n", t.name, t.secs)
+	}
 	return nil
+}
+
+// timing is one run of a top-level test.
+type timing struct {
+	name string
+	secs float64
 }

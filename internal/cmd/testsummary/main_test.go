@@ -15,12 +15,12 @@ func TestSummaryCountsEveryResult(t *testing.T) {
 	run1 := `{"Action":"run","Package":"p/a","Test":"TestA"}
 {"Action":"output","Package":"p/a","Test":"TestA","Output":"=== RUN   TestA\n"}
 {"Action":"output","Package":"p/a","Test":"TestA","Output":"    a_test.go:1: quiet\n"}
-{"Action":"pass","Package":"p/a","Test":"TestA"}
+{"Action":"pass","Package":"p/a","Test":"TestA","Elapsed":1.5}
 {"Action":"skip","Package":"p/a","Test":"TestB"}
 {"Action":"output","Package":"p/a","Test":"TestC/sub","Output":"    c_test.go:9: broke\n"}
-{"Action":"fail","Package":"p/a","Test":"TestC/sub"}
+{"Action":"fail","Package":"p/a","Test":"TestC/sub","Elapsed":2.2}
 {"Action":"output","Package":"p/a","Test":"TestC","Output":"--- FAIL: TestC\n"}
-{"Action":"fail","Package":"p/a","Test":"TestC"}
+{"Action":"fail","Package":"p/a","Test":"TestC","Elapsed":2.25}
 {"Action":"output","Package":"p/a","Test":"TestP","Output":"panic: boom\n"}
 {"Action":"output","Package":"p/a","Output":"FAIL\tp/a\t0.1s\n"}
 {"Action":"fail","Package":"p/a"}
@@ -35,7 +35,7 @@ func TestSummaryCountsEveryResult(t *testing.T) {
 	if want := "    c_test.go:9: broke\n--- FAIL: TestC\nFAIL\tp/a\t0.1s\npanic: boom\n# p/b [build failed]\n"; out.String() != want {
 		t.Fatalf("output passed on:\n%q\nwant\n%q", out.String(), want)
 	}
-	run2 := `{"Action":"pass","Package":"p/c","Test":"TestD"}
+	run2 := `{"Action":"pass","Package":"p/c","Test":"TestD","Elapsed":0.5}
 {"Action":"skip","Package":"p/c","Test":"TestE"}
 {"Action":"skip","Package":"p/a","Test":"TestB"}
 `
@@ -48,7 +48,8 @@ func TestSummaryCountsEveryResult(t *testing.T) {
 	}
 	want := "2 passed, 2 failed, 3 skipped\n" +
 		"  failed: p/a.TestC\n  failed: p/a.TestC/sub\n" +
-		"  skipped: p/a.TestB (2 runs)\n  skipped: p/c.TestE\n"
+		"  skipped: p/a.TestB (2 runs)\n  skipped: p/c.TestE\n" +
+		"  slow: p/a.TestC 2.2s\n  slow: p/a.TestA 1.5s\n  slow: p/c.TestD 0.5s\n"
 	if sum.String() != want {
 		t.Fatalf("summary:\n%s\nwant\n%s", sum.String(), want)
 	}
