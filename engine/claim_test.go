@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -96,6 +98,8 @@ func TestClaimRecognisesItsOwnAmbiguousClaim(t *testing.T) {
 	cli := faultyClient(t, faults)
 	opts := testOptions(vfs.NewStrictMem(), tableName(t, ""))
 	opts.Etcd = cli
+	reg := prometheus.NewRegistry()
+	opts.Registerer = reg
 	h := openHost(t, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -107,6 +111,14 @@ func TestClaimRecognisesItsOwnAmbiguousClaim(t *testing.T) {
 	if n := faults.claimsLost.Load(); n != 1 {
 		t.Fatalf("%d claim transactions ran, want exactly 1: the first one applied and must be adopted, not repeated", n)
 	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP writer_claims_total Claims of the shard, by result (claimed, adopted, failed).
+# TYPE writer_claims_total counter
+writer_claims_total{result="adopted",shard="s0"} 1
+`), "writer_claims_total"); err != nil {
+		t.Fatalf("the adopted claim's metrics: %v", err)
+	}
+	wantSample(t, "the adopted claim", reg, 1, "writer_shard_owned", "shard", "s0")
 	if _, err := s.Append(ctx, rows("r", 0, 3), Source{}); err != nil {
 		t.Fatalf("append to the adopted claim: %v", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rollwal/rollwal/memtable"
@@ -26,6 +27,9 @@ type Host struct {
 	// the shard, and a standby must answer Shard and Shards meanwhile.
 	openMu sync.Mutex
 	lease  *lease
+	// liveLease is lease for the scrapes of writer_lease_valid_seconds,
+	// which must not wait for openMu (a claim holds it while it waits).
+	liveLease atomic.Pointer[lease]
 	// schemaChecked is set once the table's schema record holds the
 	// configured columns (shardmeta.EnsureSchema); guarded by openMu.
 	schemaChecked bool
@@ -59,6 +63,12 @@ func NewHost(opts Options) (*Host, error) {
 	h := &Host{opts: opts, budget: opts.newBudget(), metrics: newMetrics(opts.Registerer), shards: map[string]*Shard{},
 		bg: bg, bgCancel: cancel}
 	h.schemas = newSchemas(&h.opts)
+	registerLeaseValid(opts.Registerer, func() time.Duration {
+		if l := h.liveLease.Load(); l != nil {
+			return l.validFor()
+		}
+		return 0
+	})
 	h.startRelief()
 	return h, nil
 }
@@ -155,7 +165,7 @@ func (h *Host) openOnLease(ctx context.Context, name string) (*Shard, *lease, er
 		if err == nil || !leaseGone(err) || attempt == leaseAttempts || ctx.Err() != nil {
 			return s, l, err
 		}
-		l.markLost("the lease no longer exists in etcd (found at claim)")
+		l.markLost(leaseExpired, "the lease no longer exists in etcd (found at claim)")
 		h.opts.Logger.Warn("claim found the writer's lease gone; claiming again with a new lease", "shard", name, "err", err)
 	}
 }
@@ -176,8 +186,9 @@ func (h *Host) ensureLease(ctx context.Context) error {
 	if h.lease != nil {
 		h.lease.stop() // marked lost from outside, its keepalive loop may still run
 		h.lease = nil
+		h.liveLease.Store(nil)
 	}
-	l, err := grantLease(ctx, h.opts.Etcd, h.opts.LeaseTTL, h.opts.LeaseMargin, h.opts.RequestTimeout, h.opts.Logger)
+	l, err := grantLease(ctx, h.opts.Etcd, h.opts.LeaseTTL, h.opts.LeaseMargin, h.opts.RequestTimeout, h.opts.Logger, h.metrics)
 	if err != nil {
 		return err
 	}
@@ -197,6 +208,7 @@ func (h *Host) ensureLease(ctx context.Context) error {
 		return errors.Join(fmt.Errorf("%w: the host is closed", ErrClosed), l.close())
 	}
 	h.lease = l
+	h.liveLease.Store(l)
 	return nil
 }
 
@@ -251,9 +263,9 @@ func (h *Host) checkLeaseAlive(ctx context.Context) {
 	resp, err := h.opts.Etcd.TimeToLive(rctx, l.id)
 	switch {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		l.markLost("the lease no longer exists in etcd (found at re-claim)")
+		l.markLost(leaseExpired, "the lease no longer exists in etcd (found at re-claim)")
 	case err == nil && resp.TTL <= 0:
-		l.markLost("the lease no longer exists in etcd (found at re-claim)")
+		l.markLost(leaseExpired, "the lease no longer exists in etcd (found at re-claim)")
 	}
 }
 
@@ -321,6 +333,7 @@ func (h *Host) Close(ctx context.Context) error {
 		delete(h.shards, name)
 	}
 	if h.lease != nil {
+		h.liveLease.Store(nil)
 		if err := h.lease.close(); err != nil {
 			errs = append(errs, err)
 		}

@@ -172,7 +172,7 @@ func claimRegrantsExpiredLease(t *testing.T, keepaliveFirst bool) {
 	// The lease expires while the claim waits: on the server, or past its
 	// local deadline while the server still holds it for a moment.
 	if keepaliveFirst {
-		old.markLost("keepalives failed until the local deadline passed (test)")
+		old.markLost(leaseDeadline, "keepalives failed until the local deadline passed (test)")
 	} else if _, err := etcdClient.Revoke(ctx, old.id); err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,7 @@ type lease struct {
 	margin  time.Duration
 	timeout time.Duration
 	log     *slog.Logger
+	metrics *metrics
 	base    time.Time    // monotonic origin of deadline
 	dl      atomic.Int64 // deadline as nanoseconds since base
 
@@ -35,8 +36,8 @@ type lease struct {
 }
 
 // grantLease grants a lease of ttl and starts keeping it alive.
-func grantLease(ctx context.Context, cli *clientv3.Client, ttl, margin, timeout time.Duration, log *slog.Logger) (*lease, error) {
-	l := &lease{cli: cli, margin: margin, timeout: timeout, log: log, base: time.Now(), lost: make(chan struct{}), done: make(chan struct{})}
+func grantLease(ctx context.Context, cli *clientv3.Client, ttl, margin, timeout time.Duration, log *slog.Logger, m *metrics) (*lease, error) {
+	l := &lease{cli: cli, margin: margin, timeout: timeout, log: log, metrics: m, base: time.Now(), lost: make(chan struct{}), done: make(chan struct{})}
 	var sent time.Duration
 	var resp *clientv3.LeaseGrantResponse
 	err := retryTransient(ctx, log, "grant lease", func() (err error) {
@@ -66,6 +67,15 @@ func (l *lease) valid() bool {
 	return time.Since(l.base) < time.Duration(l.dl.Load()) && !l.isLost()
 }
 
+// validFor is how long acknowledgements stay safe without another
+// keepalive answer: 0 once the deadline passed or the lease is lost.
+func (l *lease) validFor() time.Duration {
+	if l.isLost() {
+		return 0
+	}
+	return max(0, time.Duration(l.dl.Load())-time.Since(l.base))
+}
+
 func (l *lease) isLost() bool {
 	select {
 	case <-l.lost:
@@ -75,9 +85,12 @@ func (l *lease) isLost() bool {
 	}
 }
 
-func (l *lease) markLost(why string) {
+// markLost records that the lease is gone, for reason (leaseExpired or
+// leaseDeadline; writer_lease_lost_total's label) and why (the log's words).
+func (l *lease) markLost(reason, why string) {
 	l.lostOnce.Do(func() {
 		l.log.Error("lease lost: the writer no longer owns its shards", "lease", int64(l.id), "why", why)
+		l.metrics.leaseLost.WithLabelValues(reason).Inc()
 		close(l.lost)
 	})
 }
@@ -102,11 +115,11 @@ func (l *lease) keepAlive(ctx context.Context, ttl time.Duration) {
 		}
 		answered, err := l.renew(ctx, attempt)
 		if err != nil {
-			l.markLost(err.Error())
+			l.markLost(leaseExpired, err.Error())
 			return
 		}
 		if !l.valid() {
-			l.markLost("keepalives failed until the local deadline passed")
+			l.markLost(leaseDeadline, "keepalives failed until the local deadline passed")
 			return
 		}
 		if answered {
@@ -130,6 +143,7 @@ func (l *lease) renew(ctx context.Context, attempt time.Duration) (bool, error) 
 		return false, fmt.Errorf("lease %x expired on the server", int64(l.id))
 	case err != nil:
 		if ctx.Err() == nil {
+			l.metrics.leaseKeepaliveFailures.Inc()
 			l.log.Warn("lease keepalive failed; retrying", "err", err, "valid_for", time.Duration(l.dl.Load())-time.Since(l.base))
 		}
 		return false, nil

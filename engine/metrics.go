@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
@@ -20,9 +22,28 @@ type metrics struct {
 	fenced        *prometheus.GaugeVec
 	epoch         *prometheus.GaugeVec
 	pressureSeals *prometheus.CounterVec
+	owned         *prometheus.GaugeVec
+	claims        *prometheus.CounterVec
 
 	snapshotPersists *prometheus.CounterVec
+
+	// The host's lease: one per host, no shard label.
+	leaseKeepaliveFailures prometheus.Counter
+	leaseLost              *prometheus.CounterVec
 }
+
+// Results of writer_claims_total: a fixed set.
+const (
+	claimClaimed = "claimed" // the claim transaction committed
+	claimAdopted = "adopted" // an ambiguous claim of ours found applied
+	claimFailed  = "failed"  // the claim ended without the shard
+)
+
+// Reasons of writer_lease_lost_total: a fixed set.
+const (
+	leaseExpired  = "expired"  // etcd no longer has the lease
+	leaseDeadline = "deadline" // keepalives unanswered until the local deadline passed
+)
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	f := promauto.With(reg)
@@ -41,7 +62,32 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		fenced:        f.NewGaugeVec(prometheus.GaugeOpts{Name: "writer_fenced", Help: "1 when the shard is fenced or stopped."}, shard),
 		epoch:         f.NewGaugeVec(prometheus.GaugeOpts{Name: "writer_epoch", Help: "The writer epoch claimed for the shard."}, shard),
 		pressureSeals: f.NewCounterVec(prometheus.CounterOpts{Name: "writer_memory_pressure_seals_total", Help: "Active memtables sealed before FlushBytes because the host's memory budget ran low."}, shard),
+		owned:         f.NewGaugeVec(prometheus.GaugeOpts{Name: "writer_shard_owned", Help: "1 while this process owns the shard: from its claim until it closes or is fenced."}, shard),
+		claims: f.NewCounterVec(prometheus.CounterOpts{Name: "writer_claims_total", Help: "Claims of the shard, by result (claimed, adopted, failed)."},
+			[]string{"shard", "result"}),
 		snapshotPersists: f.NewCounterVec(prometheus.CounterOpts{Name: "writer_snapshot_persists_total", Help: "Snapshot offset persists after commits, by result (ok, conflict, error)."},
 			[]string{"shard", "result"}),
+		leaseKeepaliveFailures: f.NewCounter(prometheus.CounterOpts{Name: "writer_lease_keepalive_failures_total", Help: "Keepalives of the writer's etcd lease that got no answer (retried)."}),
+		leaseLost: f.NewCounterVec(prometheus.CounterOpts{Name: "writer_lease_lost_total", Help: "Etcd leases of the writer lost, fencing their shards, by reason (expired, deadline)."},
+			[]string{"reason"}),
 	}
+}
+
+// claimed records a committed claim of shard at epoch: it owns the shard.
+func (m *metrics) claimed(shard string, epoch uint64, adopted bool) {
+	result := claimClaimed
+	if adopted {
+		result = claimAdopted
+	}
+	m.claims.WithLabelValues(shard, result).Inc()
+	m.epoch.WithLabelValues(shard).Set(float64(epoch))
+	m.owned.WithLabelValues(shard).Set(1)
+}
+
+// registerLeaseValid registers writer_lease_valid_seconds, read from the
+// host's current lease at each scrape: no etcd request.
+func registerLeaseValid(reg prometheus.Registerer, valid func() time.Duration) {
+	promauto.With(reg).NewGaugeFunc(prometheus.GaugeOpts{Name: "writer_lease_valid_seconds",
+		Help: "How long the writer's lease stays known valid (acknowledgements safe) without another keepalive answer; 0 without a live lease."},
+		func() float64 { return valid().Seconds() })
 }

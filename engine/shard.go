@@ -158,9 +158,11 @@ func (s *Shard) claimAndOpenWAL(ctx context.Context) error {
 	}
 	c, err := s.claimWhenFree(ctx, owner, prepare)
 	if err != nil {
+		s.metrics.claims.WithLabelValues(s.name, claimFailed).Inc()
 		return fmt.Errorf("engine: shard %s: claim: %w", s.name, err)
 	}
 	s.claim = c
+	s.metrics.claimed(s.name, c.Epoch, c.Adopted) // owned until releaseOwner or a fence
 	w, err := s.openWAL(ctx, c.Epoch)
 	if err != nil {
 		s.releaseOwner()
@@ -169,7 +171,6 @@ func (s *Shard) claimAndOpenWAL(ctx context.Context) error {
 	s.w = w
 	s.setManifest(c.Manifest)
 	s.lastPos = s.w.Tail()
-	s.metrics.epoch.WithLabelValues(s.name).Set(float64(c.Epoch))
 	s.log.Info("claimed shard", "epoch", c.Epoch, "token", c.Token,
 		"current_generation", c.Manifest.CurrentGeneration, "replay_cursor", c.Manifest.ReplayCursor, "wal_tail", s.w.Tail())
 	return nil
@@ -324,6 +325,12 @@ func (s *Shard) stop(err error) {
 			s.metrics.fenced.WithLabelValues(s.name).Set(1)
 			s.log.Error("shard stopped", "err", err)
 		}
+		// Fenced, the shard is another writer's (or soon will be). Stopped
+		// for another reason (a failed WAL) it still holds the owner key,
+		// and so the shard, until it closes.
+		if errors.Is(err, ErrFenced) {
+			s.metrics.owned.WithLabelValues(s.name).Set(0)
+		}
 		if errors.Is(err, ErrFenced) && s.onFenced != nil {
 			go s.onFenced(s)
 		}
@@ -335,6 +342,7 @@ func (s *Shard) stop(err error) {
 // against every writer for as long as this process's lease lives (a later
 // claim of this writer finds and removes it).
 func (s *Shard) releaseOwner() {
+	defer s.metrics.owned.WithLabelValues(s.name).Set(0)
 	ctx, cancel := context.WithTimeout(context.Background(), max(s.opts.LeaseTTL, s.opts.RequestTimeout))
 	defer cancel()
 	backoff := 50 * time.Millisecond

@@ -30,6 +30,10 @@ type Claim struct {
 	Manifest *Manifest
 	// Lease is the lease the owner key is bound to.
 	Lease clientv3.LeaseID
+	// Adopted is set when the claim was recognised by reading back: an
+	// earlier claim transaction of ours failed ambiguously but had applied.
+	// Immutable.
+	Adopted bool
 
 	mu          sync.Mutex
 	manifestRev int64 // ModRevision of the manifest key as last committed
@@ -295,7 +299,7 @@ func (s *Store) adopt(shard string, snap *snapshot) (*Claim, error) {
 		return nil, err
 	}
 	s.log.Info("shard claimed (outcome resolved by reading back)", "shard", shard, "epoch", e, "token", tok)
-	return &Claim{Shard: shard, Epoch: e, Token: tok, Manifest: m, Lease: clientv3.LeaseID(snap.owner.Lease), manifestRev: tok}, nil
+	return &Claim{Shard: shard, Epoch: e, Token: tok, Manifest: m, Lease: clientv3.LeaseID(snap.owner.Lease), Adopted: true, manifestRev: tok}, nil
 }
 
 // adoptable reports whether an owner key of ours is the claim transaction
