@@ -44,7 +44,12 @@
 // synced together, and their directory once, when its metadata file is
 // written — before any transaction can name them — so a record in etcd
 // never names a file a crash can lose (a crash before leaves files no
-// record names). Locations are absolute local paths for now.
+// record names). Locations are then absolute local paths.
+//
+// With Options.Store the files live in an object store instead (objectIO),
+// at locations that are the store's URL and an object name
+// (StoreLocation): each is created whole, never over an existing name,
+// and is durable once created, so the same rule holds without a sync.
 //
 // # Base tables
 //

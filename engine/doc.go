@@ -1,5 +1,32 @@
-// Package engine is the shard writer: claim → replay → append → flush →
-// commit → close, and a Host that serves many shards of one table.
+// Package engine is the writer of a table's shards: it takes rows in,
+// makes them durable before it acknowledges them, and hands them on as
+// committed generation files for the merge to publish.
+//
+// A Host (NewHost) serves many shards of one table from one process; they
+// share one etcd lease, one memory budget and one set of metrics.
+// Host.Open claims a Shard: its process becomes the shard's one writer,
+// under a new writer epoch, and a writer that lost its claim (a paused or
+// partitioned process, a zombie) can no longer commit anything.
+// Shard.Append validates a
+// batch against the table's schema (package schema), writes it to the
+// shard's write-ahead log (package wal) and returns once the log is
+// fsynced; the rows wait in memory (package memtable). Shard.Flush, or the
+// shard's flusher once the memtable is large or old enough, writes them
+// as a Parquet generation file (package generation) and commits it to the
+// shard's manifest in etcd (package shardmeta); from then on the log no
+// longer needs them. A merge (package publish) puts the committed
+// generations into the table's base table, and the shard drops them once
+// the base covers them. Package server puts HTTP in front of a Host;
+// package client is the producers' side of it.
+//
+// What an embedder can rely on: an acknowledged row is in the WAL and
+// reaches a committed generation, since if this writer dies first the next
+// one to claim the shard replays it (on the same data directory, or on any
+// machine with the object WAL, WALObject); generations commit strictly in
+// order; a retried batch of a producer
+// session (Producer) is recognized and not stored again, across flushes and
+// restarts; and a writer that has been fenced (ErrFenced) refuses appends
+// instead of acknowledging what it can no longer commit.
 //
 // # Lifecycle of a shard
 //
@@ -9,8 +36,8 @@
 //	        the WAL for that epoch; load the producer state the manifest
 //	        names; replay the exact range (replay_cursor, tail] into the
 //	        current generation, restoring rows, source offsets and producer
-//	        sequences. When replayFlushClaims claims started above the
-//	        replay cursor (writers that died before their first flush),
+//	        sequences. When shardmeta.RecentEpochs/2 claims started above
+//	        the replay cursor (writers that died before their first flush),
 //	        commit the replayed rows before serving, so that the manifest's
 //	        epoch records stay bounded (shardmeta.PruneEpochs).
 //	Append: validate the whole batch, check the producer session's

@@ -27,7 +27,7 @@
 //     drops it: its bytes go back to the Budget and its ids leave the index.
 //     Generations leave strictly in order; Release refuses any generation
 //     but the oldest sealed one (ErrOutOfOrder), because generation g+1 must
-//     never commit before g (DESIGN.md, Flush).
+//     never commit before g (package engine, "Lifecycle of a shard": Flush).
 //
 // # Duplicates
 //

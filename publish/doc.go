@@ -1,10 +1,34 @@
 // Package publish merges the shards' flushed generations into a table's base
-// table — an Apache Iceberg table at <data>/<table>/base/ (Parquet files
-// under data/, Iceberg metadata under metadata/, readers' manifests under
-// _manifest/) whose catalog of record is etcd (package catalog) — so that
-// every acknowledged row is in the base exactly once, through writer
-// restarts that replay already-published WAL tails into new generation
-// numbers.
+// table, the one table readers query, so that every acknowledged row is in
+// it exactly once.
+//
+// The base table is an Apache Iceberg table at <data>/<table>/base/
+// (Parquet files under data/, Iceberg metadata under metadata/, readers'
+// manifests under _manifest/; with Options.Store the same under an object
+// prefix) whose catalog of record is etcd (package catalog). A Coordinator
+// (New) is the table's one merge job: it holds the table's merge lock, and
+// each RunOnce publishes what the writers (package engine) committed since
+// the last pass. It plans from the shards' manifests (package shardmeta),
+// writes the new rows as base files, and commits them in one etcd
+// transaction that also raises each shard's watermark, the last generation
+// merged, so that a commit whose answer was lost, a crash between passes or
+// a coordinator that lost its lock never publishes a generation twice. The writers then
+// drop the generations the watermark covers.
+//
+// A row can still come twice, and the merge must drop the second copy:
+// a writer restart can replay a WAL tail whose rows were already published
+// into new generation numbers. The planner knows from each shard's epochs
+// which generations a replay can have made, and only those are checked
+// against the ids already in the base (the ID check, below), so the check
+// costs what the replayed tail costs, not what the base holds.
+//
+// Readers need none of this: after each commit the coordinator writes a
+// readers' manifest naming the Parquet files of the new version, which any
+// Parquet reader opens (LatestReaderManifest reads it in Go,
+// LatestStoreReaderManifest for a base in a store); Iceberg readers use the
+// metadata file it names, or the read-only REST catalog (package
+// catalog/rest). LoadBase reads the committed base from etcd without
+// taking the lock.
 //
 // # Roles and keys
 //

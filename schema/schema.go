@@ -9,6 +9,16 @@
 // its encoding (see encode.go), the memtable appends its columns, and a
 // generation file is written from them. Validation happens once, for a whole
 // batch, before anything of it is written.
+//
+// A table's schema changes by versions, and every file and WAL record
+// written under an old one must stay readable. So each column, list element
+// and struct field carries a field id (WithFieldIDs) that names it in every
+// version, whatever it is called later; Evolve allows only the changes that
+// old files can be read under (add a nullable column, widen a number, make
+// a column nullable, rename, drop) and says what changed; Convert moves a
+// batch written under one version to another by field id. The versions
+// themselves are records in etcd (shardmeta.SchemaRecord), which every
+// writer and merge of the table follows.
 package schema
 
 import (

@@ -2,6 +2,17 @@
 // ingest into the shards of one or several tables (an engine.Host each),
 // flush, status, liveness, readiness and metrics.
 //
+// It adds no storage of its own: a request's rows are decoded (against the
+// table's schema), handed to the shard's Append as one batch, and answered
+// 200 only once the engine acknowledged them, that is once they are durable
+// in the WAL. A refusal is answered with the status of its error's
+// category (package errs) and a code naming it (but for the HTTP layer's
+// own 401, 403, 408 and 415), which the Go client (package client) and the
+// Python one read back to decide whether to retry. What the server does
+// bound is what requests cost before they reach the engine: body and row
+// limits, the bytes and requests in flight (429 beyond them), and bearer
+// tokens for ingest and for admin routes.
+//
 // The routes of a table's shards, all under /v1/tables/{table}:
 //
 //	POST /shards/{shard}/rows                   ingest (NDJSON or Arrow IPC)

@@ -4,6 +4,19 @@
 // encoding and validation, and their etcd store with its claim and fencing
 // protocol.
 //
+// This is where the writer (package engine) and the merge (package publish)
+// meet. The writer claims a shard and commits its generations here; the
+// merge reads the manifests to plan, and keeps in the same table's keys
+// the two records it alone writes: the base table's state (BaseState, at
+// Keys.BaseState: the base version and, per shard, the watermark up to
+// which generations are merged) and the merge lock (Keys.BaseLock). The
+// table's schema record (SchemaRecord, at Keys.Schema, every version at
+// Keys.SchemaVersion) is here too: EnsureSchema holds every writer and
+// merge to the table's current columns, ApplySchema moves them to a new
+// version. Everything is strict, because etcd is the one record of what
+// is committed: a value that does not decode or breaks an invariant fails
+// closed, and is never taken for an empty or default one.
+//
 // # Keys
 //
 // Under a table's root (Keys.Root) each shard has three keys:

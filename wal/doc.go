@@ -2,6 +2,13 @@
 // segment files holding CRC-framed, optionally compressed records, each
 // covering a dense range of positions, made durable by group commit.
 //
+// An ObjectWAL (OpenObjects) is the same log on an object store (package
+// objstore), for a shard whose successor may run on another machine: each
+// group commit is one object of the epoch's records, created whole under
+// a name that says its epoch and positions, so nothing is ever appended to
+// or cut. Its methods mean what WAL's do; the rest of this documentation
+// is about segment files (object.go has the object names and fencing).
+//
 // # Lifecycle
 //
 // A writer that has claimed epoch E opens the shard's directory with

@@ -49,8 +49,7 @@ var readerExamples = []string{"pyarrow", "pyiceberg-static", "duckdb", "polars",
 // readerExamplesNotRun are the examples the test leaves out, and why (the
 // README says so beside each).
 var readerExamplesNotRun = map[string]string{
-	"spark":  "Spark is not installed here",
-	"polars": "Polars is not in the test venv (scripts/pyenv)",
+	"spark": "Spark is not installed here",
 }
 
 // The placeholders the README tells readers to replace. The examples run
@@ -137,8 +136,8 @@ func readmeReaderExamples(t *testing.T) map[string]readmeExample {
 	return out
 }
 
-// readmePython is the interpreter with pyarrow, pyiceberg and DuckDB's
-// iceberg extension (scripts/pyenv).
+// readmePython is the interpreter with pyarrow, pyiceberg, DuckDB's
+// iceberg extension and Polars (scripts/pyenv).
 func readmePython(t *testing.T) string { return pyenv.Python(t, "the README's reader examples") }
 
 // TestReadmeReaderExamplesRun runs the README's reader examples ("Reading

@@ -1,7 +1,7 @@
 // Package pyenv finds, for tests, the Python interpreter that scripts/pyenv
 // sets up with the pinned readers (pyarrow, DuckDB with its iceberg
-// extension, pyiceberg), by one rule everywhere: the test command sets
-// ROLLWAL_PYTHON; in CI (CI set) a missing one fails the test with the
+// extension, pyiceberg, Polars), by one rule everywhere: the test command
+// sets ROLLWAL_PYTHON; in CI (CI set) a missing one fails the test with the
 // command that fixes it; elsewhere the check is skipped, loudly.
 package pyenv
 
