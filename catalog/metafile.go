@@ -10,6 +10,8 @@ import (
 
 	"github.com/apache/iceberg-go/table"
 	"github.com/google/uuid"
+
+	"github.com/rollwal/rollwal/layout"
 )
 
 // Table metadata files follow the Iceberg convention, under the table's
@@ -20,12 +22,13 @@ import (
 // version is the previous file's plus one (0 at create). The uuid makes the
 // name unique to the attempt, so two attempts at the same version never
 // write the same file and a failed attempt leaves only garbage that no
-// record names.
+// record names. The directory is layout.MetadataRel, where the base's
+// orphan removal looks for them.
 var metadataName = regexp.MustCompile(`^(\d{5,})-([0-9a-f-]{36})\.metadata\.json$`)
 
 // metadataLocation returns a new, attempt-unique location for version.
 func metadataLocation(tableLoc string, version int) string {
-	return strings.TrimSuffix(tableLoc, "/") + "/metadata/" + fmt.Sprintf("%05d-%s.metadata.json", version, uuid.NewString())
+	return strings.TrimSuffix(tableLoc, "/") + "/" + layout.MetadataRel + fmt.Sprintf("%05d-%s.metadata.json", version, uuid.NewString())
 }
 
 // parseMetadataVersion returns the version in a metadata location's name.

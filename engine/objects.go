@@ -7,6 +7,7 @@ import (
 	"path"
 
 	"github.com/rollwal/rollwal/generation"
+	"github.com/rollwal/rollwal/layout"
 	"github.com/rollwal/rollwal/shardmeta"
 )
 
@@ -19,7 +20,7 @@ import (
 
 // objectKey is the object name of the shard's generation file.
 func (s *Shard) objectKey(file string) string {
-	return generation.ObjectKey(s.opts.Table, s.name, file)
+	return layout.GenerationKey(s.opts.Table, s.name, file)
 }
 
 // upload puts generation file f into the store.
@@ -60,8 +61,8 @@ func (s *Shard) removeGarbageObjects(ctx context.Context) error {
 	if s.opts.Store == nil {
 		return nil
 	}
-	prefix := s.objectKey("")
-	infos, err := s.opts.Store.List(ctx, prefix+"/")
+	prefix := layout.GenerationPrefix(s.opts.Table, s.name)
+	infos, err := s.opts.Store.List(ctx, prefix)
 	if err != nil {
 		return fmt.Errorf("engine: shard %s: list generation objects: %w", s.name, err)
 	}
@@ -72,7 +73,7 @@ func (s *Shard) removeGarbageObjects(ctx context.Context) error {
 	var errs []error
 	for _, info := range infos {
 		name := path.Base(info.Name)
-		if keep[name] || path.Dir(info.Name) != prefix {
+		if keep[name] || path.Dir(info.Name)+"/" != prefix {
 			continue
 		}
 		if _, _, _, err := generation.ParseName(name); err != nil {

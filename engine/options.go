@@ -23,7 +23,8 @@ import (
 
 // Options configure a Host and the shards it opens.
 type Options struct {
-	// DataDir holds <table>/shards/<shard>/{wal,gen}.
+	// DataDir holds <table>/shards/<shard>/{wal,gen,producers} (package
+	// layout).
 	DataDir string
 	// FS is the filesystem; default vfs.Default.
 	FS vfs.FS
@@ -97,7 +98,7 @@ type Options struct {
 	Snapshots snapshot.Store
 
 	// Store, when set, is where generations live for everyone else: a
-	// flush uploads each generation file (generation.ObjectKey) before it
+	// flush uploads each generation file (layout.GenerationKey) before it
 	// commits it, a drain deletes the object with the file, and an open
 	// deletes the objects of attempts no commit names. Merges on any
 	// machine read them there (publish.Options.Store). The local file

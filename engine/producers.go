@@ -10,11 +10,11 @@ import (
 	"io"
 	"io/fs"
 	"maps"
-	"path"
 	"path/filepath"
 	"slices"
 	"time"
 
+	"github.com/rollwal/rollwal/layout"
 	"github.com/rollwal/rollwal/memtable"
 	"github.com/rollwal/rollwal/shardmeta"
 	"github.com/rollwal/rollwal/vfs"
@@ -26,12 +26,12 @@ type producerState map[string]memtable.ProducerMark
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// producerDirName is where a shard keeps its producer-state files,
-// relative to the shard's directory.
-const producerDirName = "producers"
-
 func (s *Shard) shardDir() string {
-	return filepath.Join(s.opts.DataDir, s.opts.Table, "shards", s.name)
+	return layout.ShardDir(s.opts.DataDir, s.opts.Table, s.name)
+}
+
+func (s *Shard) producersDir() string {
+	return layout.ProducersDir(s.opts.DataDir, s.opts.Table, s.name)
 }
 
 // checkSequence decides a producer's batch of count rows at p.Seq against
@@ -161,7 +161,7 @@ func decodeProducerState(data []byte) (producerState, error) {
 // (temp file, fsync, rename, directory fsync) and returns its reference for
 // the manifest.
 func (s *Shard) writeProducerState(ctx context.Context, gen uint64, st producerState) (*shardmeta.ProducerStateRef, error) {
-	dir := filepath.Join(s.shardDir(), producerDirName)
+	dir := s.producersDir()
 	if err := vfs.MkdirAllDurable(s.opts.FS, dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -178,7 +178,7 @@ func (s *Shard) writeProducerState(ctx context.Context, gen uint64, st producerS
 			return nil, fmt.Errorf("upload producer state %s: %w", key, err)
 		}
 	}
-	return &shardmeta.ProducerStateRef{File: producerDirName + "/" + name, Size: int64(len(data)),
+	return &shardmeta.ProducerStateRef{File: layout.ProducerStateRel(name), Size: int64(len(data)),
 		CRC32C: crc32.Checksum(data, castagnoli), Producers: len(st)}, nil
 }
 
@@ -230,7 +230,7 @@ func (s *Shard) loadProducerState(ctx context.Context, ref *shardmeta.ProducerSt
 // removeStaleProducerFiles deletes the producer-state files the committed
 // manifest does not name: older states and failed attempts.
 func (s *Shard) removeStaleProducerFiles() {
-	dir := filepath.Join(s.shardDir(), producerDirName)
+	dir := s.producersDir()
 	names, err := s.opts.FS.List(dir)
 	if err != nil {
 		return // no directory yet
@@ -250,7 +250,7 @@ func (s *Shard) removeStaleProducerFiles() {
 
 // producerObjectKey is the store's name of producer-state file name.
 func (s *Shard) producerObjectKey(name string) string {
-	return path.Join(s.opts.Table, "shards", s.name, producerDirName, name)
+	return layout.ProducerKey(s.opts.Table, s.name, name)
 }
 
 func (s *Shard) readProducerObject(ctx context.Context, name string) ([]byte, error) {
@@ -288,7 +288,7 @@ func (s *Shard) removeStaleProducerObjects(ctx context.Context) {
 	if s.opts.Store == nil {
 		return
 	}
-	infos, err := s.opts.Store.List(ctx, s.producerObjectKey("")+"/")
+	infos, err := s.opts.Store.List(ctx, layout.ProducersPrefix(s.opts.Table, s.name))
 	if err != nil {
 		s.log.Warn("list producer state objects", "err", err)
 		return

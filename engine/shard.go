@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/rollwal/rollwal/generation"
+	"github.com/rollwal/rollwal/layout"
 	"github.com/rollwal/rollwal/memtable"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
@@ -103,13 +104,13 @@ type Shard struct {
 }
 
 func (s *Shard) walDir() string {
-	return filepath.Join(s.opts.DataDir, s.opts.Table, "shards", s.name, "wal")
+	return layout.WALDir(s.opts.DataDir, s.opts.Table, s.name)
 }
 
 func openShard(ctx context.Context, o *Options, name string, l *lease, budget *memtable.Budget, m *metrics, sc *schemas) (*Shard, error) {
 	s := &Shard{
 		name: name, opts: o, budget: budget, metrics: m, lease: l, schemas: sc,
-		genDir:      filepath.Join(o.DataDir, o.Table, "shards", name, "gen"),
+		genDir:      layout.GenDir(o.DataDir, o.Table, name),
 		store:       shardmeta.NewStore(o.Etcd, shardmeta.Keys{Prefix: o.Prefix, Table: o.Table}, shardmeta.StoreOptions{RequestTimeout: o.RequestTimeout, Logger: o.Logger}),
 		log:         o.Logger.With("shard", name),
 		kick:        make(chan struct{}, 1),

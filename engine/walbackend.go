@@ -3,8 +3,8 @@ package engine
 import (
 	"context"
 	"fmt"
-	"path"
 
+	"github.com/rollwal/rollwal/layout"
 	"github.com/rollwal/rollwal/shardmeta"
 	"github.com/rollwal/rollwal/wal"
 )
@@ -37,7 +37,7 @@ type shardLog interface {
 
 // walObjectPrefix is the prefix of the shard's WAL objects in the store.
 func (s *Shard) walObjectPrefix() string {
-	return path.Join(s.opts.Table, "shards", s.name, "wal") + "/"
+	return layout.WALPrefix(s.opts.Table, s.name)
 }
 
 func (s *Shard) objectWALOptions(epoch uint64) wal.ObjectOptions {

@@ -4,9 +4,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"path"
 	"strconv"
 	"strings"
+
+	// Aliased: this package's own layout is the Parquet shape (layout.go).
+	paths "github.com/rollwal/rollwal/layout"
 )
 
 // File names are wire format: the engine lists directories and parses them,
@@ -150,9 +152,8 @@ func ParseBaseName(name string) (gen, epoch uint64, attempt string, indexCRC uin
 }
 
 // ObjectKey is the name of a shard's generation file in an object store
-// (objstore.Store): the path it has under a data directory, with slashes.
-// Wire format, like the file names: a merge on another machine finds a
-// generation by it.
+// (objstore.Store): layout.GenerationKey, kept here beside the file names
+// for the callers that know a generation by them.
 func ObjectKey(table, shard, file string) string {
-	return path.Join(table, "shards", shard, "gen", file)
+	return paths.GenerationKey(table, shard, file)
 }

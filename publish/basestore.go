@@ -11,6 +11,7 @@ import (
 
 	"github.com/rollwal/rollwal/catalog"
 	"github.com/rollwal/rollwal/generation"
+	"github.com/rollwal/rollwal/layout"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/vfs"
 )
@@ -32,18 +33,15 @@ import (
 // location. An upload whose outcome is unknown fails the pass; the object,
 // if it landed, is an orphan that no commit names and RemoveOrphans deletes.
 
-// baseKeyPrefix is the object prefix of the base in the store.
-func (c *Coordinator) baseKeyPrefix() string { return c.opts.Table + "/base/" }
-
 // baseKey is the object name of the base file at rel.
-func (c *Coordinator) baseKey(rel string) string { return c.baseKeyPrefix() + rel }
+func (c *Coordinator) baseKey(rel string) string { return layout.BaseKey(c.opts.Table, rel) }
 
 // baseLocation is where the base's Iceberg table lives.
 func (c *Coordinator) baseLocation() string {
 	if c.opts.Store == nil {
 		return c.baseDir
 	}
-	return catalog.StoreLocation(c.opts.Store, strings.TrimSuffix(c.baseKeyPrefix(), "/"))
+	return catalog.StoreLocation(c.opts.Store, layout.BaseRoot(c.opts.Table))
 }
 
 // fileLocation is the location of the base file at rel, as the table
@@ -60,14 +58,14 @@ func (c *Coordinator) fileLocation(rel string) string {
 func relOf(loc, base string) (string, error) {
 	if strings.Contains(base, "://") {
 		rel, ok := strings.CutPrefix(loc, base+"/")
-		if !ok || !strings.HasPrefix(rel, "data/") {
+		if !ok || !strings.HasPrefix(rel, layout.BaseDataRel) {
 			return "", fmt.Errorf("data file %s is not under %s/data", loc, base)
 		}
 		return rel, nil
 	}
 	rel, err := filepath.Rel(base, strings.TrimPrefix(loc, "file://"))
-	if err != nil || !strings.HasPrefix(rel, "data"+string(filepath.Separator)) {
-		return "", fmt.Errorf("data file %s is not under %s", loc, filepath.Join(base, "data"))
+	if err != nil || !strings.HasPrefix(rel, filepath.FromSlash(layout.BaseDataRel)) {
+		return "", fmt.Errorf("data file %s is not under %s", loc, layout.BaseDataDir(base))
 	}
 	return filepath.ToSlash(rel), nil
 }
@@ -78,7 +76,7 @@ func relOf(loc, base string) (string, error) {
 func (c *Coordinator) writeBaseFile(ctx context.Context, shard string, s *schema.Schema, meta generation.Meta, d generation.Data) (generation.File, error) {
 	gopts := generation.Options{FS: c.opts.FS, Codec: c.opts.Codec, Logger: c.opts.Logger, IndexCRCInName: true}
 	if c.opts.Store == nil {
-		dir := filepath.Join(c.baseDir, "data", shard)
+		dir := layout.BaseShardDataDir(c.baseDir, shard)
 		if err := vfs.MkdirAllDurable(c.opts.FS, dir, 0o755); err != nil {
 			return generation.File{}, err
 		}
@@ -98,7 +96,7 @@ func (c *Coordinator) writeBaseFile(ctx context.Context, shard string, s *schema
 	if err != nil {
 		return f, err
 	}
-	rel := "data/" + shard + "/" + f.Name
+	rel := layout.BaseFileRel(shard, f.Name)
 	if err := c.opts.Store.Create(ctx, c.baseKey(rel), bytes.NewReader(data), int64(len(data))); err != nil {
 		return f, fmt.Errorf("upload base file: %w", err)
 	}

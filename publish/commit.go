@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/rollwal/rollwal/layout"
 	"github.com/rollwal/rollwal/objstore"
 	"github.com/rollwal/rollwal/shardmeta"
 	"github.com/rollwal/rollwal/vfs"
@@ -191,14 +192,14 @@ func (c *Coordinator) writeReaderManifest(ctx context.Context, st *shardmeta.Bas
 		if st.Version == 0 {
 			return nil
 		}
-		if _, err := c.opts.Store.Stat(ctx, c.baseKey("_manifest/"+ReaderManifestName(st.Version))); err == nil {
+		if _, err := c.opts.Store.Stat(ctx, layout.ReaderManifestKey(c.opts.Table, ReaderManifestName(st.Version))); err == nil {
 			return nil
 		} else if !errors.Is(err, objstore.ErrNotFound) {
 			return fmt.Errorf("publish: readers' manifest: %w", err)
 		}
 		return c.replaceReaderManifest(ctx, st, tbl)
 	}
-	final := filepath.Join(c.baseDir, "_manifest", ReaderManifestName(st.Version))
+	final := filepath.Join(layout.ReaderManifestDir(c.baseDir), ReaderManifestName(st.Version))
 	if _, err := c.opts.FS.Stat(final); err == nil {
 		return nil
 	}
@@ -212,7 +213,7 @@ func (c *Coordinator) replaceReaderManifest(ctx context.Context, st *shardmeta.B
 		return nil
 	}
 	fs := c.opts.FS
-	dir := filepath.Join(c.baseDir, "_manifest")
+	dir := layout.ReaderManifestDir(c.baseDir)
 	final := filepath.Join(dir, ReaderManifestName(st.Version))
 	var b *baseSnapshot
 	var err error
@@ -274,7 +275,7 @@ func (c *Coordinator) replaceReaderManifest(ctx context.Context, st *shardmeta.B
 // LatestReaderManifest reads the highest-numbered readers' manifest under
 // baseDir; ok is false when there is none.
 func LatestReaderManifest(fs vfs.FS, baseDir string) (m ReaderManifest, ok bool, err error) {
-	dir := filepath.Join(baseDir, "_manifest")
+	dir := layout.ReaderManifestDir(baseDir)
 	names, err := fs.List(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return m, false, nil
@@ -413,7 +414,7 @@ func (c *Coordinator) RunOnce(ctx context.Context) (Result, error) {
 // v (replacing one that exists: only a migration rewrites one, and the
 // lock holder alone writes it).
 func (c *Coordinator) putStoreReaderManifest(ctx context.Context, v uint64, data []byte) error {
-	key := c.baseKey("_manifest/" + ReaderManifestName(v))
+	key := layout.ReaderManifestKey(c.opts.Table, ReaderManifestName(v))
 	err := c.opts.Store.Create(ctx, key, bytes.NewReader(data), int64(len(data)))
 	if errors.Is(err, objstore.ErrExists) {
 		if err = c.opts.Store.Delete(ctx, key); err == nil {
@@ -430,7 +431,7 @@ func (c *Coordinator) putStoreReaderManifest(ctx context.Context, v uint64, data
 // of table's base in store (under <table>/base/_manifest/); ok is false
 // when there is none.
 func LatestStoreReaderManifest(ctx context.Context, store objstore.Store, table string) (m ReaderManifest, ok bool, err error) {
-	prefix := table + "/base/_manifest/"
+	prefix := layout.ReaderManifestPrefix(table)
 	infos, err := store.List(ctx, prefix)
 	if err != nil {
 		return m, false, err

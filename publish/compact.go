@@ -12,6 +12,7 @@ import (
 
 	"github.com/rollwal/rollwal/catalog"
 	"github.com/rollwal/rollwal/generation"
+	"github.com/rollwal/rollwal/layout"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
 )
@@ -182,7 +183,7 @@ func (c *Coordinator) compactGroup(ctx context.Context, ps passSchema, g []shard
 	if err != nil {
 		return shardmeta.BaseFile{}, fmt.Errorf("publish: compact shard %q: %w", shard, err)
 	}
-	return shardmeta.BaseFile{Path: "data/" + shard + "/" + f.Name, Rows: f.Meta.Rows, Bytes: f.Size,
+	return shardmeta.BaseFile{Path: layout.BaseFileRel(shard, f.Name), Rows: f.Meta.Rows, Bytes: f.Size,
 		Shard: shard, SeqFirst: f.Meta.SeqFirst, SeqLast: f.Meta.SeqLast, IndexCRC: &f.IndexCRC}, nil
 }
 

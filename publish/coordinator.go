@@ -15,6 +15,7 @@ import (
 
 	"github.com/rollwal/rollwal/catalog"
 	"github.com/rollwal/rollwal/errs"
+	"github.com/rollwal/rollwal/layout"
 	"github.com/rollwal/rollwal/objstore"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
@@ -68,14 +69,15 @@ type Options struct {
 	// Prefix and Table name the table's keys (/<prefix>/<table>/...);
 	// Prefix defaults to "rollwal", Table to "rollouts".
 	Prefix, Table string
-	// DataDir holds <table>/shards/<s>/gen and <table>/base; default ./data.
+	// DataDir holds <table>/shards/<s>/gen and <table>/base (package
+	// layout); default ./data.
 	DataDir string
 	// FS is the filesystem; default vfs.Default.
 	FS vfs.FS
 	// Store, when set, holds the shards' generations (the engine uploads
 	// each one there before committing it, engine.Options.Store): Stage
 	// reads every planned generation from it, as the object
-	// generation.ObjectKey(Table, shard, file), and never from the shards'
+	// layout.GenerationKey(Table, shard, file), and never from the shards'
 	// local gen directories, which may be on another machine. A generation
 	// missing from the store fails the pass naming the object (nothing is
 	// committed; the next pass tries again). Nil reads the local files
@@ -242,7 +244,7 @@ func New(ctx context.Context, opts Options) (*Coordinator, error) {
 		return nil, err
 	}
 	// Absolute: Iceberg metadata names files by absolute location.
-	baseDir, err := filepath.Abs(filepath.Join(opts.DataDir, opts.Table, "base"))
+	baseDir, err := filepath.Abs(layout.BaseDir(opts.DataDir, opts.Table))
 	if err != nil {
 		return nil, fmt.Errorf("publish: data directory %q: %w", opts.DataDir, err)
 	}

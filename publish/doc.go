@@ -62,7 +62,7 @@
 //	          starts at a WAL position <= the tail x inherited at its claim
 //	          (replayed rows keep their positions; new rows get higher ones)
 //	Stage   read each generation (the local file, or with Options.Store the
-//	        object generation.ObjectKey(table, shard, file), fetched in 8 MiB
+//	        object layout.GenerationKey(table, shard, file), fetched in 8 MiB
 //	        ranged reads; missing or unreadable: the pass fails naming it)
 //	        with the schema in its footer and convert
 //	        its rows to V by field id (a generation newer than V:

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rollwal/rollwal/catalog"
 	"github.com/rollwal/rollwal/generation"
+	"github.com/rollwal/rollwal/layout"
 	"github.com/rollwal/rollwal/shardmeta"
 )
 
@@ -312,7 +313,7 @@ func LoadBase(ctx context.Context, opts Options) (*Base, error) {
 	if err := keys.Validate(); err != nil {
 		return nil, err
 	}
-	baseDir, err := filepath.Abs(filepath.Join(opts.DataDir, opts.Table, "base"))
+	baseDir, err := filepath.Abs(layout.BaseDir(opts.DataDir, opts.Table))
 	if err != nil {
 		return nil, err
 	}

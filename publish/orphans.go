@@ -14,6 +14,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/rollwal/rollwal/catalog"
+	"github.com/rollwal/rollwal/layout"
 	"github.com/rollwal/rollwal/shardmeta"
 )
 
@@ -132,14 +133,14 @@ func (c *Coordinator) sweepLocal(out *Orphans, live map[string]bool) error {
 	if out.DataFiles, err = c.sweepData(live); err != nil {
 		return err
 	}
-	out.MetadataFiles, err = c.sweep(filepath.Join(c.baseDir, "metadata"), live)
+	out.MetadataFiles, err = c.sweep(layout.MetadataDir(c.baseDir), live)
 	return err
 }
 
 // pruneReaderManifests deletes all but the newest KeepReaderManifests
 // readers' manifests and adds the files the kept ones name to live.
 func (c *Coordinator) pruneReaderManifests(live map[string]bool) (int, error) {
-	dir := filepath.Join(c.baseDir, "_manifest")
+	dir := layout.ReaderManifestDir(c.baseDir)
 	names, err := c.opts.FS.List(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
@@ -184,7 +185,7 @@ func (c *Coordinator) pruneReaderManifests(live map[string]bool) (int, error) {
 
 // sweepData sweeps base/data/<shard>/ for every shard directory.
 func (c *Coordinator) sweepData(live map[string]bool) (int, error) {
-	dataDir := filepath.Join(c.baseDir, "data")
+	dataDir := layout.BaseDataDir(c.baseDir)
 	shards, err := c.opts.FS.List(dataDir)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
@@ -246,14 +247,14 @@ func (c *Coordinator) young(p string) bool {
 // is named by no commit, so it goes once it is past the grace.
 func (c *Coordinator) sweepStore(ctx context.Context, live map[string]bool) (Orphans, error) {
 	var out Orphans
-	store, prefix := c.opts.Store, c.baseKeyPrefix()
+	store, prefix := c.opts.Store, layout.BasePrefix(c.opts.Table)
 	infos, err := store.List(ctx, prefix)
 	if err != nil {
 		return out, fmt.Errorf("publish: list orphans: %w", err)
 	}
 	var versions []string
 	for _, in := range infos {
-		n, ok := strings.CutPrefix(in.Name, prefix+"_manifest/")
+		n, ok := strings.CutPrefix(in.Name, layout.ReaderManifestPrefix(c.opts.Table))
 		if ok && len(n) == len(ReaderManifestName(0)) && strings.HasSuffix(n, ".json") {
 			versions = append(versions, n)
 		}
@@ -264,7 +265,7 @@ func (c *Coordinator) sweepStore(ctx context.Context, live map[string]bool) (Orp
 	for _, n := range versions[cut:] {
 		paths, ok := c.table.readers[n]
 		if !ok {
-			m, err := readStoreReaderManifest(ctx, store, prefix+"_manifest/"+n)
+			m, err := readStoreReaderManifest(ctx, store, layout.ReaderManifestKey(c.opts.Table, n))
 			if err != nil {
 				return out, err
 			}
@@ -279,7 +280,7 @@ func (c *Coordinator) sweepStore(ctx context.Context, live map[string]bool) (Orp
 	}
 	c.table.readers = kept
 	for _, n := range versions[:cut] {
-		if err := store.Delete(ctx, prefix+"_manifest/"+n); err != nil {
+		if err := store.Delete(ctx, layout.ReaderManifestKey(c.opts.Table, n)); err != nil {
 			return out, fmt.Errorf("publish: remove readers' manifest: %w", err)
 		}
 		out.ReaderManifests++
@@ -288,8 +289,8 @@ func (c *Coordinator) sweepStore(ctx context.Context, live map[string]bool) (Orp
 		rel := strings.TrimPrefix(in.Name, prefix)
 		count := &out.DataFiles
 		switch {
-		case strings.HasPrefix(rel, "data/"):
-		case strings.HasPrefix(rel, "metadata/"):
+		case strings.HasPrefix(rel, layout.BaseDataRel):
+		case strings.HasPrefix(rel, layout.MetadataRel):
 			count = &out.MetadataFiles
 		default:
 			continue // the readers' manifests (above), or not ours

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/rollwal/rollwal/catalog"
+	"github.com/rollwal/rollwal/layout"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
 )
@@ -59,7 +60,7 @@ type PlannedGeneration struct {
 	shardmeta.Generation
 	// Path is the generation file's path under DataDir. With
 	// Options.Store, Stage reads the object
-	// generation.ObjectKey(table, shard, File) instead.
+	// layout.GenerationKey(table, shard, File) instead.
 	Path string
 	// IDCheck: the generation may hold rows already in the base; its rows
 	// are checked against the base's ids. Reason says why.
@@ -233,7 +234,7 @@ func (c *Coordinator) planShard(name string, m *shardmeta.Manifest, ms shardmeta
 	}
 	nms := shardmeta.ShardMergeState{Watermark: ms.Watermark, ObservedEpoch: &e, Cutoff: &k}
 	sp := ShardPlan{Shard: name, Epoch: e, Watermark: ms.Watermark, Cutoff: k, Precise: precise}
-	genDir := filepath.Join(c.opts.DataDir, c.opts.Table, "shards", name, "gen")
+	genDir := layout.GenDir(c.opts.DataDir, c.opts.Table, name)
 	for _, g := range m.Flushed {
 		if g.Number <= ms.Watermark {
 			continue // merged; the owner drains it

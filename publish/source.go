@@ -8,12 +8,13 @@ import (
 	"io"
 
 	"github.com/rollwal/rollwal/generation"
+	"github.com/rollwal/rollwal/layout"
 	"github.com/rollwal/rollwal/objstore"
 )
 
 // Where Stage reads a shard's generations: the local file under the data
 // directory (pg.Path), or, with Options.Store, the object
-// generation.ObjectKey(table, shard, file) that the shard's writer uploaded
+// layout.GenerationKey(table, shard, file) that the shard's writer uploaded
 // before it committed the generation to its manifest. Either way the
 // generation goes through the same checks (generation.ReadStored and
 // ReadStoredFrom share one code path), and a read error of the store is an
@@ -28,7 +29,7 @@ func (c *Coordinator) readGeneration(ctx context.Context, ps passSchema, shard s
 		m, d, err := ps.readInto(c, pg.Path, v)
 		return m, d, pg.Path, err
 	}
-	key := generation.ObjectKey(c.opts.Table, shard, pg.File)
+	key := layout.GenerationKey(c.opts.Table, shard, pg.File)
 	url := objectURL(c.opts.Store, key)
 	m, d, err := ps.convertRead(url, v, func() (generation.Meta, generation.Data, error) {
 		return readStoredObject(ctx, c.opts.Store, key, url)

@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/rollwal/rollwal/generation"
+	"github.com/rollwal/rollwal/layout"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
 )
@@ -175,7 +176,7 @@ func (c *Coordinator) stageGeneration(ctx context.Context, ps passSchema, shard 
 	if err != nil {
 		return 0, fmt.Errorf("publish: shard %q generation %d: write base file: %w", shard, pg.Number, err)
 	}
-	part.Files = append(part.Files, shardmeta.BaseFile{Path: "data/" + shard + "/" + f.Name, Rows: f.Meta.Rows, Bytes: f.Size,
+	part.Files = append(part.Files, shardmeta.BaseFile{Path: layout.BaseFileRel(shard, f.Name), Rows: f.Meta.Rows, Bytes: f.Size,
 		Shard: shard, SeqFirst: f.Meta.SeqFirst, SeqLast: f.Meta.SeqLast, IndexCRC: &f.IndexCRC})
 	out.RowsStaged += f.Meta.Rows
 	c.metrics.rowsOut.Add(float64(f.Meta.Rows))

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/rollwal/rollwal/layout"
 )
 
 // ErrInvalidBaseState: a base-table state (the value of base/state) that is
@@ -38,7 +40,7 @@ type ShardMergeState struct {
 // BaseFile is one committed data file of the base table.
 type BaseFile struct {
 	// Path is relative to <data>/<table>/base: clean, slash-separated,
-	// without "..", not absolute, under "data/".
+	// without "..", not absolute, under "data/" (layout.BaseFileRel).
 	Path  string `json:"path"`
 	Rows  int64  `json:"rows"`
 	Bytes int64  `json:"bytes"`
@@ -76,8 +78,8 @@ func (f BaseFile) validate() error {
 	if err := ValidateShard(f.Shard); err != nil {
 		return err
 	}
-	if !strings.HasPrefix(f.Path, "data/"+f.Shard+"/") {
-		return fmt.Errorf("is not under data/%s/", f.Shard)
+	if under := layout.BaseFileRel(f.Shard, ""); !strings.HasPrefix(f.Path, under) {
+		return fmt.Errorf("is not under %s", under)
 	}
 	if f.SeqFirst > f.SeqLast {
 		return fmt.Errorf("seq range [%d, %d] is empty", f.SeqFirst, f.SeqLast)
@@ -196,8 +198,8 @@ func checkBasePath(p string) error {
 		return errors.New("has a backslash")
 	case path.Clean(p) != p:
 		return errors.New("is not clean")
-	case !strings.HasPrefix(p, "data/"):
-		return errors.New("is not under data/")
+	case !strings.HasPrefix(p, layout.BaseDataRel):
+		return errors.New("is not under " + layout.BaseDataRel)
 	}
 	for _, seg := range strings.Split(p, "/") {
 		if seg == ".." || seg == "." {

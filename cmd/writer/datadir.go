@@ -53,6 +53,7 @@ import (
 
 	"github.com/rollwal/rollwal/internal/dirlock"
 	"github.com/rollwal/rollwal/internal/etcdclient"
+	"github.com/rollwal/rollwal/layout"
 	"github.com/rollwal/rollwal/vfs"
 )
 
@@ -105,7 +106,7 @@ type dirIdentity struct {
 }
 
 // endpointFile is where a process running the embedded etcd records it.
-func endpointFile(dataDir string) string { return filepath.Join(dataDir, "etcd.endpoint") }
+func endpointFile(dataDir string) string { return layout.EtcdEndpointFile(dataDir) }
 
 // absDir is dataDir as the records name it: absolute, symlinks resolved.
 func absDir(dataDir string) string {

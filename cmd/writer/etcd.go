@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +15,7 @@ import (
 	"github.com/rollwal/rollwal/etcdembed"
 	"github.com/rollwal/rollwal/internal/dirlock"
 	"github.com/rollwal/rollwal/internal/etcdclient"
+	"github.com/rollwal/rollwal/layout"
 	"github.com/rollwal/rollwal/vfs"
 )
 
@@ -121,7 +121,7 @@ func openFollowed(ctx context.Context, dataDir string, c etcdclient.Config) (*me
 // startEmbedded starts the embedded etcd under the lock held, makes sure of
 // the data dir's identity, and records the endpoint for other commands.
 func startEmbedded(ctx context.Context, dataDir string, c etcdclient.Config, lock *dirlock.Lock, log *slog.Logger) (*metadata, error) {
-	srv, err := etcdembed.Start(ctx, etcdembed.Options{Dir: filepath.Join(dataDir, "etcd"), Logger: log})
+	srv, err := etcdembed.Start(ctx, etcdembed.Options{Dir: layout.EtcdDir(dataDir), Logger: log})
 	if err != nil {
 		return nil, errors.Join(err, lock.Release())
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/internal/etcdclient"
 	"github.com/rollwal/rollwal/internal/rolloutgen"
+	"github.com/rollwal/rollwal/layout"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/wal"
 )
@@ -271,7 +272,7 @@ func (o *generateOptions) print(out io.Writer, rep report) error {
 	for _, s := range rep.Shards {
 		for _, g := range s.Flushed {
 			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%d\t%d-%d\n", s.Shard, g.Epoch, g.Number,
-				filepath.Join(o.dataDir, o.table, "shards", s.Shard, "gen", g.File), g.Rows, g.Bytes, g.SeqFirst, g.SeqLast)
+				filepath.Join(layout.GenDir(o.dataDir, o.table, s.Shard), g.File), g.Rows, g.Bytes, g.SeqFirst, g.SeqLast)
 		}
 	}
 	return tw.Flush()

@@ -20,6 +20,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/rollwal/rollwal/generation"
+	"github.com/rollwal/rollwal/layout"
 	"github.com/rollwal/rollwal/objstore"
 	"github.com/rollwal/rollwal/publish"
 	"github.com/rollwal/rollwal/shardmeta"
@@ -333,7 +334,7 @@ func (in *inspector) generations(ctx context.Context, args []string) error {
 // readGeneration reads g's footer, falling back on the manifest's word for
 // what the file should hold when the footer cannot be read.
 func (in *inspector) readGeneration(shard string, g shardmeta.Generation) generationInfo {
-	path := filepath.Join(in.o.dataDir, in.o.table, "shards", shard, "gen", g.File)
+	path := filepath.Join(layout.GenDir(in.o.dataDir, in.o.table, shard), g.File)
 	info := generationInfo{Number: g.Number, Epoch: g.Epoch, Rows: g.Rows, SeqFirst: g.SeqFirst, SeqLast: g.SeqLast, Bytes: g.Bytes, File: path}
 	st, err := vfs.Default.Stat(path)
 	if err != nil {
@@ -414,9 +415,9 @@ func (in *inspector) base(ctx context.Context, _ []string) error {
 	if err != nil {
 		return err
 	}
-	dir := filepath.Join(in.o.dataDir, in.o.table, "base")
+	dir := layout.BaseDir(in.o.dataDir, in.o.table)
 	if store != nil {
-		dir = store.String() + "/" + in.o.table + "/base"
+		dir = store.String() + "/" + layout.BaseRoot(in.o.table)
 	}
 	rep := baseReport{Dir: dir, Version: st.Version, IcebergMetadata: st.MetadataLocation, Files: st.Files, Shards: st.Shards}
 	if rep.Files == nil {
@@ -430,7 +431,7 @@ func (in *inspector) base(ctx context.Context, _ []string) error {
 		return err
 	}
 	if ok {
-		rep.ReadersManifest = dir + "/_manifest/" + publish.ReaderManifestName(m.Version)
+		rep.ReadersManifest = dir + "/" + layout.ReaderManifestRel + publish.ReaderManifestName(m.Version)
 	}
 	if in.o.output == "json" {
 		return in.json(rep)

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/rollwal/rollwal/catalog"
 	"github.com/rollwal/rollwal/generation"
+	"github.com/rollwal/rollwal/layout"
 	"github.com/rollwal/rollwal/publish"
 	"github.com/rollwal/rollwal/shardmeta"
 	"github.com/rollwal/rollwal/vfs"
@@ -301,6 +301,6 @@ func (o *mergeOptions) pass(ctx context.Context, c *publish.Coordinator, out io.
 		return json.NewEncoder(out).Encode(rep)
 	}
 	_, err = fmt.Fprintf(out, "merged %d generations (%d rows read, %d staged, %d dropped as already published, %d small files compacted); base version %d: %d rows in %d files under %s\n",
-		res.Generations, res.RowsRead, res.RowsStaged, res.Dropped, res.Compacted, rep.Base.Version, rep.Base.Rows, len(rep.Base.Files), filepath.Join(o.dataDir, o.table, "base"))
+		res.Generations, res.RowsRead, res.RowsStaged, res.Dropped, res.Compacted, rep.Base.Version, rep.Base.Rows, len(rep.Base.Files), layout.BaseDir(o.dataDir, o.table))
 	return err
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/internal/dirlock"
+	"github.com/rollwal/rollwal/layout"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/shardmeta"
 	"github.com/rollwal/rollwal/vfs"
@@ -106,7 +106,7 @@ func (o *walOptions) prepare(cmd *cobra.Command) error {
 	if engine.WALBackend(cfg.WAL.Backend) == engine.WALObject {
 		// Not yet: these tools read segment files.
 		return fmt.Errorf("shard %s: the configuration puts the WAL in the object store (wal.backend: object, objects under %s); writer wal reads a local WAL's segments only",
-			o.shard, strings.TrimSuffix(cfg.storageFor(t).URL, "/")+"/"+path.Join(t.Name, "shards", o.shard, "wal")+"/")
+			o.shard, strings.TrimSuffix(cfg.storageFor(t).URL, "/")+"/"+layout.WALPrefix(t.Name, o.shard))
 	}
 	if _, err := vfs.Default.Stat(o.dir()); err != nil {
 		return fmt.Errorf("shard %s has no WAL: %w", o.shard, err)
@@ -116,7 +116,7 @@ func (o *walOptions) prepare(cmd *cobra.Command) error {
 
 // dir is the shard's WAL directory, as the engine lays it out.
 func (o *walOptions) dir() string {
-	return filepath.Join(o.dataDir, o.table, "shards", o.shard, "wal")
+	return layout.WALDir(o.dataDir, o.table, o.shard)
 }
 
 // walRecord is a record of the scan: decoded, unless its schema version

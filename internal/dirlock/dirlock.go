@@ -50,18 +50,18 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/rollwal/rollwal/layout"
 	"github.com/rollwal/rollwal/vfs"
 )
 
 // FileName is the lock file's name inside the data directory.
-const FileName = "LOCK"
+const FileName = layout.LockName
 
 // ErrHeld marks the error of Acquire when another open file description
 // (usually another process) holds the lock; the error is a *HeldError.
@@ -133,7 +133,7 @@ type Lock struct {
 }
 
 // Path returns the lock file of dir.
-func Path(dir string) string { return filepath.Join(dir, FileName) }
+func Path(dir string) string { return layout.LockFile(dir) }
 
 // Acquire takes the lock of dir (created if missing) for command, without
 // waiting, and records the caller as its holder. When another holds it, the

@@ -18,10 +18,11 @@ import (
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/rollwal/rollwal/layout"
 )
 
 // Config of a soak run.
@@ -222,4 +223,4 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-func (r *run) baseDir() string { return filepath.Join(r.cfg.Dir, "rollouts", "base") }
+func (r *run) baseDir() string { return layout.BaseDir(r.cfg.Dir, "rollouts") }
