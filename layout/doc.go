@@ -83,8 +83,9 @@
 // "." nor ".."), and file names that are one such element, as the formats
 // above make them. Callers validate first (shardmeta.Keys.Validate,
 // shardmeta.ValidateShard); layout_test checks the property for them.
-// Those rules do not reserve the data directory's own entries: a table
-// named LOCK, etcd or etcd.endpoint would share its path with one.
+// A table is never named after one of the data directory's own entries
+// (OwnEntry: LOCK, etcd, etcd.endpoint and its temporary name, without
+// case): its directory would be that entry. shardmeta refuses them.
 //
 // Local paths use package path/filepath (the OS's separator); object keys
 // and the recorded relative names use package path (always "/").

@@ -3,6 +3,7 @@ package layout
 import (
 	"path"
 	"path/filepath"
+	"strings"
 )
 
 // The entries of the tree. Unexported: callers ask for a path, never
@@ -36,6 +37,24 @@ const (
 	// ReaderManifestRel is "_manifest/", the base's readers' manifests.
 	ReaderManifestRel = readersName + "/"
 )
+
+// OwnEntry reports whether name is one of the data directory's own
+// entries (the lock file, the embedded etcd's directory, its endpoint file
+// and that file's temporary name), which a table's directory beside them
+// must not be: compared without case, as a case-insensitive filesystem
+// would.
+func OwnEntry(name string) bool {
+	for _, e := range []string{LockName, etcdName, etcdEndpointName, EndpointTemp(etcdEndpointName)} {
+		if strings.EqualFold(name, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// EndpointTemp is the name the endpoint file is written under before it is
+// renamed into place.
+func EndpointTemp(name string) string { return name + ".tmp" }
 
 // Data directory paths.
 

@@ -144,7 +144,7 @@ func TestEmptyFileIsTheDirectory(t *testing.T) {
 const nameBytes = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
 
 var edgeNames = []string{"a", "-", "_", "...", ".a", "a.", "..a", "a..", ".-", "._.", "LOCK", "base", "shards",
-	"gen", "wal", "data", "metadata", "_manifest", "producers", "etcd", "etcd.endpoint", strings.Repeat(".", 128),
+	"gen", "wal", "data", "metadata", "_manifest", "producers", "etcd", "etcd.endpoint", "Etcd", "lock", "etcd.endpoint.tmp", strings.Repeat(".", 128),
 	strings.Repeat("z", shardmeta.MaxNameLen)}
 
 // validNames returns the edge cases and n random names, each one that
@@ -167,7 +167,11 @@ func validNames(t *testing.T, n int) []string {
 		}
 	}
 	for _, name := range names {
-		if err := (shardmeta.Keys{Prefix: "rollwal", Table: name}).Validate(); err != nil {
+		err := (shardmeta.Keys{Prefix: "rollwal", Table: name}).Validate()
+		switch {
+		case layout.OwnEntry(name) && err == nil:
+			t.Fatalf("shardmeta takes table %q, whose directory would be one of the data directory's own entries", name)
+		case !layout.OwnEntry(name) && err != nil:
 			t.Fatalf("shardmeta refuses table %q: %v", name, err)
 		}
 		if err := shardmeta.ValidateShard(name); err != nil {
@@ -278,6 +282,24 @@ func TestDocNamesEveryPath(t *testing.T) {
 		name, _, _ := strings.Cut(e.call, "(")
 		if !strings.Contains(string(doc), name) {
 			t.Errorf("doc.go does not name %s", name)
+		}
+	}
+}
+
+// TestTablesMissTheDataDirsOwnEntries: no table shardmeta takes has its
+// directory where the lock file, the embedded etcd or its endpoint file
+// (or that file's temporary name) is, also without case.
+func TestTablesMissTheDataDirsOwnEntries(t *testing.T) {
+	const data = "/data"
+	own := []string{layout.LockFile(data), layout.EtcdDir(data), layout.EtcdEndpointFile(data), layout.EndpointTemp(layout.EtcdEndpointFile(data))}
+	for _, name := range validNames(t, 2000) {
+		if (shardmeta.Keys{Prefix: "rollwal", Table: name}).Validate() != nil {
+			continue
+		}
+		for _, o := range own {
+			if strings.EqualFold(layout.TableDir(data, name), o) {
+				t.Errorf("table %q: its directory %s is the data directory's %s", name, layout.TableDir(data, name), o)
+			}
 		}
 	}
 }

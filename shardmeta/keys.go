@@ -3,6 +3,8 @@ package shardmeta
 import (
 	"fmt"
 	"strings"
+
+	"github.com/rollwal/rollwal/layout"
 )
 
 // MaxNameLen bounds a prefix segment, table or shard name.
@@ -33,7 +35,13 @@ func (k Keys) Validate() error {
 			return fmt.Errorf("%w (prefix %q)", err, k.Prefix)
 		}
 	}
-	return validName("table", k.Table)
+	if err := validName("table", k.Table); err != nil {
+		return err
+	}
+	if layout.OwnEntry(k.Table) {
+		return fmt.Errorf("%w: table name %q is reserved: the data directory holds a file or directory of that name (layout.OwnEntry)", ErrInvalidName, k.Table)
+	}
+	return nil
 }
 
 // ValidateShard checks a shard name.

@@ -266,6 +266,13 @@ func TestKeys(t *testing.T) {
 		{Prefix: "p", Table: ".."},
 		{Prefix: "p", Table: "tab le"},
 		{Prefix: "p", Table: strings.Repeat("t", 129)},
+		// The data directory's own entries: the table's directory would be
+		// the lock file, the embedded etcd's directory or its endpoint file.
+		{Prefix: "p", Table: "LOCK"},
+		{Prefix: "p", Table: "lock"}, // the same file on a case-insensitive filesystem
+		{Prefix: "p", Table: "etcd"},
+		{Prefix: "p", Table: "etcd.endpoint"},
+		{Prefix: "p", Table: "etcd.endpoint.tmp"},
 	} {
 		if err := bad.Validate(); !errors.Is(err, ErrInvalidName) {
 			t.Errorf("%+v: Validate = %v, want ErrInvalidName", bad, err)

@@ -125,7 +125,7 @@ func writeEndpoint(path string, rec endpointRecord) error {
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
+	tmp := layout.EndpointTemp(path)
 	f, err := vfs.Default.Create(tmp)
 	if err != nil {
 		return err
