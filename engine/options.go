@@ -52,11 +52,11 @@ type Options struct {
 	// WALSegmentSize is the WAL's roll threshold; default 64 MiB.
 	WALSegmentSize int64
 	// WALPreallocate is the step in which WAL segments reserve disk space
-	// ahead of the write position (see wal.Options.Preallocate): a new
-	// segment reserves one step, not the whole WALSegmentSize, so that many
-	// idle shards reserve little disk. Default 4 MiB (or WALSegmentSize if
-	// smaller); negative reserves nothing; otherwise 64 KiB up to
-	// WALSegmentSize.
+	// ahead of the write position, by writing it with zeros (see
+	// wal.Options.Preallocate and wal.ZeroFill): a new segment reserves one
+	// step, not the whole WALSegmentSize, so that many idle shards reserve
+	// little disk. Default 4 MiB (or WALSegmentSize if smaller); negative
+	// reserves nothing; otherwise 64 KiB up to WALSegmentSize.
 	WALPreallocate int64
 	// WALBackend is where the WAL lives: WALLocal (default), segment files
 	// under DataDir, or WALObject, one object per group commit in Store

@@ -34,7 +34,7 @@ var (
 type OpKind uint8
 
 const (
-	OpWrite    OpKind = iota // File.Write
+	OpWrite    OpKind = iota // File.Write and File.WriteAt
 	OpSync                   // File.Sync, of files and of directories
 	OpRename                 // FS.Rename
 	OpCreate                 // FS.Create
@@ -325,6 +325,27 @@ func (f *injFile) Write(p []byte) (int, error) {
 	f.inj.release(charge - f.charge(f.pos, int64(n)))
 	f.pos += int64(n)
 	f.allocated = max(f.allocated, f.pos)
+	return n, err
+}
+
+// WriteAt is Write at an explicit offset, charged the same way: bytes
+// past what the file holds or reserved take space. Bytes of a gap it
+// skips are counted as allocated though no space was taken for them, as a
+// sparse file's hole would read; callers that need exact accounting write
+// contiguously.
+func (f *injFile) WriteAt(p []byte, off int64) (int, error) {
+	if err := f.inj.before(OpWrite); err != nil {
+		return 0, f.fail("writeat", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	charge := f.charge(off, int64(len(p)))
+	if err := f.inj.reserve(charge); err != nil {
+		return 0, f.fail("writeat", err)
+	}
+	n, err := f.File.WriteAt(p, off)
+	f.inj.release(charge - f.charge(off, int64(n)))
+	f.allocated = max(f.allocated, off+int64(n))
 	return n, err
 }
 

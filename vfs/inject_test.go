@@ -360,6 +360,42 @@ func TestNoSpacePreallocate(t *testing.T) {
 	}
 }
 
+// WriteAt is a write to the Injector: counted as one, charged only for
+// bytes past what the file holds or reserved, refused whole with ENOSPC,
+// and failed after a crash.
+func TestInjectorWriteAt(t *testing.T) {
+	inj := &vfs.Injector{}
+	fs := vfs.Inject(vfs.NewStrictMem(), inj)
+	h := fsHelper{t, fs}
+	f := h.create("/f")
+	inj.NoSpaceAfter(8)
+	if _, err := f.WriteAt(make([]byte, 6), 0); err != nil { // zero-fill ahead: takes 6
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("abcdef"), 0); err != nil { // into the zeros: takes nothing
+		t.Fatal(err)
+	}
+	if n, err := f.WriteAt([]byte("ghi"), 6); n != 0 || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("WriteAt past the budget = %d, %v, want 0 and ENOSPC", n, err)
+	}
+	if _, err := f.WriteAt([]byte("gh"), 6); err != nil {
+		t.Fatal(err)
+	}
+	if left := inj.SpaceLeft(); left != 0 {
+		t.Errorf("space left %d, want 0", left)
+	}
+	if got := inj.Count(vfs.OpWrite); got != 4 {
+		t.Errorf("%d writes counted, want 4", got)
+	}
+	if got := h.read("/f"); got != "abcdefgh" {
+		t.Errorf("/f = %q", got)
+	}
+	inj.CrashAt(inj.Ops() + 1)
+	if _, err := f.WriteAt([]byte("x"), 0); !errors.Is(err, vfs.ErrCrashed) {
+		t.Fatalf("WriteAt at the crash = %v, want ErrCrashed", err)
+	}
+}
+
 // TestInjectorConcurrentCounts checks that counting loses nothing when
 // many goroutines write at once (run with -race).
 func TestInjectorConcurrentCounts(t *testing.T) {

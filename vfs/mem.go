@@ -53,12 +53,19 @@ type memNode struct {
 	dir  bool
 	mode os.FileMode
 
-	// Files. synced shares data's backing array until a write would change
-	// a byte synced can see (shared reports that); only then is data copied,
-	// so a Sync costs O(1) rather than a copy of the whole file.
+	// Files. synced shares data's backing array until data outgrows it
+	// (shared reports that). A write over bytes synced can see saves them
+	// in undo first, so a Sync costs O(1) and a write its own length, not
+	// a copy of the whole file: a WAL segment zero-filled ahead is
+	// overwritten in place, record by record, after every Sync.
 	data   []byte
 	synced []byte
 	shared bool
+	undo   []patch // synced's bytes as they were before each write since, oldest first
+	// zeros and syncedZeros are zero bytes that follow data and synced
+	// without taking memory: zero-filled space ahead of a WAL's records,
+	// or a file extended by Truncate.
+	zeros, syncedZeros int64
 
 	// Directories.
 	children map[string]*memNode // live entries
@@ -84,6 +91,12 @@ func newDirNode(perm os.FileMode) *memNode {
 }
 
 func newFileNode() *memNode { return &memNode{mode: 0o644} }
+
+// patch is a run of bytes of a file as they were before a write.
+type patch struct {
+	off int64
+	old []byte
+}
 
 func pathErr(op, name string, err error) error {
 	return &os.PathError{Op: op, Path: name, Err: err}
@@ -424,7 +437,7 @@ func crashCopy(n *memNode, seen map[*memNode]*memNode) *memNode {
 	c := &memNode{dir: n.dir, mode: n.mode}
 	seen[n] = c
 	if !n.dir {
-		c.data = bytes.Clone(n.synced)
+		c.data, c.zeros = bytes.Clone(n.durableData()), n.syncedZeros
 		c.sync()
 		return c
 	}
@@ -534,7 +547,8 @@ func (c *tornCloner) copy(n *memNode) *memNode {
 	cp := &memNode{dir: n.dir, mode: n.mode}
 	c.seen[n] = cp
 	if !n.dir {
-		cp.data = c.tornData(n.synced, n.data)
+		cp.data = c.tornData(n.durableFull(), n.full())
+		cp.trimZeros()
 		cp.sync()
 		return cp
 	}
@@ -641,7 +655,7 @@ func dump(b *strings.Builder, dir *memNode, prefix string, seen map[*memNode]boo
 			note = " (entry not synced)"
 		}
 		if !n.dir {
-			fmt.Fprintf(b, "%s%s size=%d synced=%d%s\n", prefix, name, len(n.data), len(n.synced), note)
+			fmt.Fprintf(b, "%s%s size=%d synced=%d%s\n", prefix, name, n.size(), int64(len(n.synced))+n.syncedZeros, note)
 			continue
 		}
 		fmt.Fprintf(b, "%s%s/%s\n", prefix, name, note)
@@ -654,39 +668,113 @@ func dump(b *strings.Builder, dir *memNode, prefix string, seen map[*memNode]boo
 
 // sync records the live bytes as the durable ones, sharing the array.
 func (n *memNode) sync() {
-	n.synced = n.data[:len(n.data):len(n.data)]
-	n.shared = true
+	n.synced, n.syncedZeros = n.data[:len(n.data):len(n.data)], n.zeros
+	n.shared, n.undo = true, nil
 }
 
-// unshareFrom copies data before bytes at or after off are modified, if
-// synced could otherwise see the change.
-func (n *memNode) unshareFrom(off int64) {
-	if n.shared && off < int64(len(n.synced)) {
-		n.data = bytes.Clone(n.data)
-		n.shared = false
+// size is the file's live size.
+func (n *memNode) size() int64 { return int64(len(n.data)) + n.zeros }
+
+// durableData returns the bytes as of the last Sync, but for their
+// trailing syncedZeros. It is synced itself unless writes since changed
+// the shared array; callers must not modify it.
+func (n *memNode) durableData() []byte {
+	if len(n.undo) == 0 {
+		return n.synced
 	}
+	b := bytes.Clone(n.synced)
+	for i := len(n.undo) - 1; i >= 0; i-- {
+		copy(b[n.undo[i].off:], n.undo[i].old)
+	}
+	return b
 }
 
-// resize truncates or zero-extends the live bytes.
-func (n *memNode) resize(size int64) {
-	if size <= int64(len(n.data)) {
-		n.data = n.data[:size]
+// durableFull and full are the synced and the live bytes, trailing zeros
+// included, in new memory.
+func (n *memNode) durableFull() []byte {
+	return append(bytes.Clone(n.durableData()), make([]byte, n.syncedZeros)...)
+}
+
+func (n *memNode) full() []byte { return append(bytes.Clone(n.data), make([]byte, n.zeros)...) }
+
+// trimZeros moves data's trailing zeros to zeros.
+func (n *memNode) trimZeros() {
+	end := len(n.data)
+	for end > 0 && n.data[end-1] == 0 {
+		end--
+	}
+	n.zeros += int64(len(n.data) - end)
+	n.data = n.data[:end]
+}
+
+// save keeps the bytes of [off, end) that synced can see before a write
+// changes them in the shared array.
+func (n *memNode) save(off, end int64) {
+	end = min(end, int64(len(n.synced)))
+	if !n.shared || off >= end {
 		return
 	}
-	n.unshareFrom(int64(len(n.data)))
-	n.data = append(n.data, make([]byte, size-int64(len(n.data)))...)
+	n.undo = append(n.undo, patch{off: off, old: bytes.Clone(n.synced[off:end])})
 }
 
-func (n *memNode) writeAt(p []byte, off int64) {
-	if end := off + int64(len(p)); end > int64(len(n.data)) {
-		n.resize(end)
+// detach gives synced back its own bytes once data has a new array, so
+// that writes to data no longer need saving.
+func (n *memNode) detach() {
+	n.synced = n.durableData()
+	n.shared, n.undo = false, nil
+}
+
+// resize truncates or zero-extends the live bytes; zeros take no memory.
+func (n *memNode) resize(size int64) {
+	if size <= int64(len(n.data)) {
+		n.data, n.zeros = n.data[:size], 0
+		return
 	}
-	n.unshareFrom(off)
+	n.zeros = size - int64(len(n.data))
+}
+
+// grow makes data hold the live bytes up to end, taking them from zeros.
+func (n *memNode) grow(end int64) {
+	old := int64(len(n.data))
+	if end <= old {
+		return
+	}
+	n.zeros = max(0, n.zeros-(end-old))
+	if end > int64(cap(n.data)) {
+		n.data = append(n.data, make([]byte, end-old)...)
+		if n.shared {
+			n.detach()
+		}
+		return
+	}
+	n.save(old, end)
+	n.data = n.data[:end]
+	clear(n.data[old:])
+}
+
+// writeAt writes p at off. Zeros past data only move the end of zeros.
+func (n *memNode) writeAt(p []byte, off int64) {
+	end := off + int64(len(p))
+	if off >= int64(len(n.data)) && allZero(p) {
+		n.zeros = max(n.zeros, end-int64(len(n.data)))
+		return
+	}
+	n.grow(end)
+	n.save(off, end)
 	copy(n.data[off:], p)
 }
 
+func allZero(p []byte) bool {
+	for _, c := range p {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 func (n *memNode) info(name string) os.FileInfo {
-	return memInfo{name: filepath.Base(filepath.Join("/", name)), size: int64(len(n.data)), mode: n.mode}
+	return memInfo{name: filepath.Base(filepath.Join("/", name)), size: n.size(), mode: n.mode}
 }
 
 // memInfo is the os.FileInfo of a MemFS inode.
@@ -763,10 +851,18 @@ func (f *memFile) ReadAt(p []byte, off int64) (int, error) {
 }
 
 func (f *memFile) readAt(p []byte, off int64) (int, error) {
-	if off >= int64(len(f.n.data)) {
+	size := f.n.size()
+	if off >= size {
 		return 0, io.EOF
 	}
-	n := copy(p, f.n.data[off:])
+	n := 0
+	if off < int64(len(f.n.data)) {
+		n = copy(p, f.n.data[off:])
+	}
+	if rest := p[n:min(int64(len(p)), size-off)]; len(rest) > 0 {
+		clear(rest) // from the trailing zeros
+		n += len(rest)
+	}
 	if n < len(p) {
 		return n, io.EOF
 	}
@@ -781,6 +877,21 @@ func (f *memFile) Write(p []byte) (int, error) {
 	}
 	f.n.writeAt(p, f.pos)
 	f.pos += int64(len(p))
+	return len(p), nil
+}
+
+// WriteAt writes at off, zero-filling any gap past the end, without
+// moving the handle's offset.
+func (f *memFile) WriteAt(p []byte, off int64) (int, error) {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if err := f.check("writeat", true); err != nil {
+		return 0, err
+	}
+	if off < 0 {
+		return 0, pathErr("writeat", f.name, syscall.EINVAL)
+	}
+	f.n.writeAt(p, off)
 	return len(p), nil
 }
 

@@ -35,6 +35,9 @@ type File interface {
 	io.Reader
 	io.ReaderAt
 	io.Writer
+	// WriteAt writes at off without moving the offset Read and Write use;
+	// writing past the end extends the file, zero-filling any gap.
+	io.WriterAt
 	io.Closer
 	// Sync makes the file's data (and its size) durable.
 	Sync() error

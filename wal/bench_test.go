@@ -57,11 +57,13 @@ func BenchmarkWALAppend(b *testing.B) {
 }
 
 // BenchmarkWALPreallocate compares preallocation on the commit path: none
-// (every write grows the file's blocks), steps of DefaultPreallocate, and
-// the whole segment at creation (the behaviour before steps). fallocate
-// keeps the visible size, so fdatasync commits the new size in every case;
-// a reservation spares it the block allocation. Run enough rows to cross
-// several steps (-benchtime 8000x for sync-each, 50000x for batch-64).
+// (every write grows the file's blocks and its size), then steps of
+// DefaultPreallocate and the whole segment at creation, each zero-filled
+// (the default: fdatasync has no size to commit) and fallocated (the size
+// grows with every write, so fdatasync commits it every time; the
+// reservation spares it the block allocation only). Run enough rows to
+// cross several steps (-benchtime 8000x for sync-each, 50000x for
+// batch-64).
 func BenchmarkWALPreallocate(b *testing.B) {
 	dir := benchDir(b)
 	payloads := benchPayloads(1024)
@@ -75,13 +77,17 @@ func BenchmarkWALPreallocate(b *testing.B) {
 		for _, p := range []struct {
 			name string
 			step int64
+			mode Preallocation
 		}{
-			{"none", -1},
-			{"4MiB", DefaultPreallocate},
-			{"segment", DefaultSegmentSize},
+			{"none", -1, ZeroFill},
+			{"4MiB-zero", DefaultPreallocate, ZeroFill},
+			{"4MiB-fallocate", DefaultPreallocate, Fallocate},
+			{"segment-zero", DefaultSegmentSize, ZeroFill},
+			{"segment-fallocate", DefaultSegmentSize, Fallocate},
 		} {
 			b.Run(c.name+"/prealloc="+p.name, func(b *testing.B) {
-				runWAL(b, dir, payloads, c.writers, c.perSync, preallocate(p.step))
+				runWAL(b, dir, payloads, c.writers, c.perSync, preallocate(p.step),
+					func(o *Options) { o.PreallocateMode = p.mode })
 			})
 		}
 	}

@@ -91,13 +91,22 @@
 // reserves each segment's space in steps ahead of the write position
 // (Options.Preallocate), so a full disk shows when it creates a segment or
 // reserves the next step, or as a write that wrote nothing; the files are
-// then as they were. The WAL keeps the records it could not write, syncs
-// what it wrote before, refuses Append and answers SyncTo of positions not
-// yet durable with ErrNoSpace (errors.Is(err, syscall.ENOSPC) holds), and
-// tries again, 10 ms to 1 s apart, until the records are written at the
-// positions they were given; then it takes appends again. Close gives up
-// waiting: a full disk at Close fails the WAL. A failed fsync is ErrFailed
-// whatever its cause, ENOSPC included.
+// then as they were, but for zeros past the records, which are the end of
+// data. The WAL keeps the records it could not write, syncs what it wrote
+// before, refuses Append and answers SyncTo of positions not yet durable
+// with ErrNoSpace (errors.Is(err, syscall.ENOSPC) holds), and tries again,
+// 10 ms to 1 s apart, until the records are written at the positions they
+// were given; then it takes appends again. Close gives up waiting: a full
+// disk at Close fails the WAL. A failed fsync is ErrFailed whatever its
+// cause, ENOSPC included.
+//
+// By default a step is reserved by writing it with zeros (ZeroFill): a
+// new segment's first step is synced with the segment, and the syncer
+// fills and syncs the next step between rounds, once less than half of the
+// current one is left. Records are written at the end of data, inside
+// space whose size is already durable, so the fsync that acknowledges them
+// flushes data only. Fallocate reserves without writing, and every fsync
+// after an append then also commits the file's new size.
 //
 // # Format
 //
@@ -115,8 +124,13 @@
 // codec (0 none, 1 s2 block, 2 zstd frame; other bits zero); rawlen is the
 // decoded payload size. Both sizes are at most MaxPayloadSize. A record's
 // epoch must equal its segment's, and epochs are at least 1, so a
-// zero-filled region (preallocated, never written) can never parse as a
-// record: it is the end of data. These constants are wire format; see
+// zero-filled region (reserved, never written) can never parse as a
+// record: it is the end of data. A segment's file may run past its last
+// record by a step and a half of zeros (the rest of one step and the next,
+// filled ahead), or to SegmentSize when a step covers the segment; every
+// reader ends the data at the first all-zero header, Replay goes on to
+// the segment after it, and a segment rolls by the bytes of its records,
+// not by its file size. These constants are wire format; see
 // docs/format/wal.md before changing any.
 //
 // # Corruption policy
@@ -125,15 +139,18 @@
 // not a valid record (short, wrong epoch, length out of range, or a
 // CRC mismatch) it looks at the rest of the file:
 //
-//   - only zeros, or nothing: the end of data;
+//   - only zeros, or nothing: the end of data (the reserved rest of the
+//     segment);
 //   - bytes with no valid record after them: a torn tail, the remains of
-//     a write a crash interrupted, or a write a zombie is still making.
-//     In the last segment of the opening epoch it is truncated away (and
-//     logged): that epoch reopens only after a crash of its own. In the
-//     last segment of another epoch it is the end of that segment's data
-//     for now: the file is left as it is and Open logs it. In any other
-//     segment it cannot come from a crash or a zombie, because that
-//     segment was synced before the next was created, so Open refuses;
+//     a write a crash interrupted, or a write a zombie is still making,
+//     whether zeros follow it (a record torn inside a zero-filled step) or
+//     not. In the last segment of the opening epoch it is truncated away,
+//     with the zeros after it (and logged): that epoch reopens only after
+//     a crash of its own. In the last segment of another epoch it is the
+//     end of that segment's data for now: the file is left as it is and
+//     Open logs it. In any other segment it cannot come from a crash or a
+//     zombie, because that segment was synced before the next was
+//     created, so Open refuses;
 //   - at least a header's worth (44 bytes) of zeros, then a valid record
 //     somewhere after them: a hole, which an older build left when it
 //     truncated a zombie's torn tail and the zombie wrote on. In the last

@@ -122,16 +122,24 @@ func TestFsyncFailureReachesAllWaiters(t *testing.T) {
 }
 
 // The ways a segment meets a full disk: at the create of the next segment
-// (reserved whole), at a reservation of the next step within one, and at a
-// write (no reservation at all).
-var spaceModes = []struct {
+// (reserved whole), at a reservation of the next step within one (zero
+// filled ahead or on need, or fallocated), and at a write (no reservation
+// at all).
+var spaceModes = []spaceMode{
+	{"whole-segment", 4 << 10, ZeroFill},
+	{"step-1KiB", 1 << 10, ZeroFill},
+	{"whole-segment-fallocate", 4 << 10, Fallocate},
+	{"step-1KiB-fallocate", 1 << 10, Fallocate},
+	{"none", -1, ZeroFill},
+}
+
+type spaceMode struct {
 	name        string
 	preallocate int64
-}{
-	{"whole-segment", 4 << 10},
-	{"step-1KiB", 1 << 10},
-	{"none", -1},
+	mode        Preallocation
 }
+
+func (m spaceMode) options(o *Options) { o.Preallocate, o.PreallocateMode = m.preallocate, m.mode }
 
 // fillDisk appends until the WAL runs out of space, which must be
 // ErrNoSpace (wrapping ENOSPC), not a failure. It returns the positions
@@ -164,7 +172,7 @@ func TestNoSpace(t *testing.T) {
 			t.Run(fmt.Sprint(mode.name, "/", budget), func(t *testing.T) {
 				mem := vfs.NewStrictMem()
 				inj := &vfs.Injector{}
-				w := open(t, vfs.Inject(mem, inj), 1, segmentSize(4<<10), preallocate(mode.preallocate))
+				w := open(t, vfs.Inject(mem, inj), 1, segmentSize(4<<10), mode.options)
 				inj.NoSpaceAfter(budget)
 				acked, _ := fillDisk(t, w)
 				if err := w.Err(); err != nil {
@@ -216,7 +224,7 @@ func TestNoSpaceRecovers(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			mem := vfs.NewStrictMem()
 			inj := &vfs.Injector{}
-			w := open(t, vfs.Inject(mem, inj), 1, segmentSize(4<<10), preallocate(mode.preallocate))
+			w := open(t, vfs.Inject(mem, inj), 1, segmentSize(4<<10), mode.options)
 			inj.NoSpaceAfter(3000)
 			acked, queued := fillDisk(t, w)
 			if w.NoSpace() == nil {

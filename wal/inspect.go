@@ -30,7 +30,7 @@ type SegmentInfo struct {
 	Name         string
 	Epoch, Index uint64
 	// Size is the file's size; End the offset just past its last whole
-	// record.
+	// record, the end of data (zeros reserved past it are not damage).
 	Size, End int64
 	Records   int
 	// FirstPos and LastPos are the positions the records cover; both 0

@@ -74,10 +74,10 @@ func TestScanReadsWhatReplayReads(t *testing.T) {
 	}
 	var bytesSum int64
 	for _, s := range rep.Segments {
-		if s.End != s.Size {
-			t.Fatalf("segment %s ends its records at %d of %d bytes", s.Name, s.End, s.Size)
+		if data := readFile(t, fs, filepath.Join(testDir, s.Name)); s.Size != int64(len(data)) || !allZero(data[s.End:]) {
+			t.Fatalf("segment %s ends its records at %d of %d bytes (%d read): want only zeros after them", s.Name, s.End, s.Size, len(data))
 		}
-		bytesSum += s.Size
+		bytesSum += s.End
 	}
 	if bytesSum != rep.Bytes {
 		t.Fatalf("report counts %d bytes, segments hold %d", rep.Bytes, bytesSum)

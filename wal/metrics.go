@@ -26,7 +26,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		})),
 		bytesWritten: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "writer_wal_written_bytes_total",
-			Help: "Bytes written to WAL segments, headers included.",
+			Help: "Bytes of records written to WAL segments, headers included; not the zeros reserving space.",
 		})),
 		records: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "writer_wal_records_total",

@@ -78,7 +78,7 @@ func (w *WAL) open() error {
 		return err
 	}
 	w.segments = append(segs, seg)
-	w.active, w.file, w.allocated = seg, f, w.firstStep()
+	w.active, w.file = seg, f
 	return nil
 }
 

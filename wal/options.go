@@ -14,9 +14,41 @@ import (
 const DefaultSegmentSize = 64 << 20
 
 // DefaultPreallocate is the preallocation step when Options.Preallocate is
-// 0: small enough that many idle shards reserve little disk, large enough
-// that a busy one calls fallocate rarely.
+// 0: small enough that many idle shards reserve little disk and that
+// zero-filling a step holds the syncer up briefly, large enough that a busy
+// shard reserves rarely.
 const DefaultPreallocate = 4 << 20
+
+// Preallocation is how the active segment's space is reserved ahead of
+// the write position (see Options.Preallocate). The values are not wire
+// format: segments of either read the same.
+type Preallocation uint8
+
+const (
+	// ZeroFill writes the space with zeros and syncs them before records
+	// go there, so the file's size already covers the records: the
+	// fdatasync that makes an append durable flushes data only, with no
+	// size to commit and no unwritten extents to convert (no journal
+	// commit on ext4 or xfs). Zeros are the end of data to every reader.
+	ZeroFill Preallocation = iota
+	// Fallocate reserves blocks with fallocate(FALLOC_FL_KEEP_SIZE) and
+	// writes nothing ahead, so every fdatasync after an append also
+	// commits the file's new size. It suits filesystems where a block
+	// written twice costs twice (copy-on-write: btrfs, zfs), and is what
+	// builds before ZeroFill did.
+	Fallocate
+)
+
+var preallocationNames = [...]string{ZeroFill: "zero-fill", Fallocate: "fallocate"}
+
+func (p Preallocation) valid() bool { return int(p) < len(preallocationNames) }
+
+func (p Preallocation) String() string {
+	if p.valid() {
+		return preallocationNames[p]
+	}
+	return fmt.Sprintf("Preallocation(%d)", uint8(p))
+}
 
 // maxSegmentSize keeps a segment's offsets far from any overflow.
 const maxSegmentSize = 1 << 40
@@ -90,15 +122,20 @@ type Options struct {
 	// one record alone is larger.
 	SegmentSize int64
 	// Preallocate is the step, in bytes, in which the active segment's
-	// disk space is reserved (fallocate, keeping the visible size) ahead
-	// of the write position: a segment starts with one step and gains
-	// another whenever a write would pass the reserved end, never past
-	// SegmentSize (unless one record is larger). A full disk then shows
-	// as a failed reservation, before a byte of a record is written, and
-	// the WAL waits for space instead of failing (see ErrNoSpace). 0 means
-	// DefaultPreallocate; a negative value reserves nothing; a step of
-	// SegmentSize or more reserves each segment whole when it is created.
+	// disk space is reserved ahead of the write position (how: see
+	// PreallocateMode): a segment starts with one step and gains another
+	// whenever a write would pass the reserved end, never past SegmentSize
+	// (unless one record is larger). With ZeroFill the syncer also
+	// reserves the next step ahead, between rounds, once less than half a
+	// step is left, so that an append rarely waits for it. A full disk
+	// then shows as a failed reservation, before a byte of a record is
+	// written, and the WAL waits for space instead of failing (see
+	// ErrNoSpace). 0 means DefaultPreallocate; a negative value reserves
+	// nothing; a step of SegmentSize or more reserves each segment whole
+	// when it is created.
 	Preallocate int64
+	// PreallocateMode is how Preallocate reserves space; default ZeroFill.
+	PreallocateMode Preallocation
 	// Compression is the codec tried on every record payload; a payload is
 	// stored raw when the codec does not shrink it. Default None.
 	Compression Compression
@@ -146,5 +183,6 @@ func (o *Options) Validate() error {
 		"segment size %d out of range [0, %d]", o.SegmentSize, int64(maxSegmentSize))
 	check(o.Preallocate > maxSegmentSize, "preallocation step %d above %d", o.Preallocate, int64(maxSegmentSize))
 	check(!o.Compression.valid(), "unknown compression %d", uint8(o.Compression))
+	check(!o.PreallocateMode.valid(), "unknown preallocation mode %d", uint8(o.PreallocateMode))
 	return errors.Join(errs...)
 }

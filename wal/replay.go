@@ -260,6 +260,17 @@ func (r *epochReader) advance() error {
 		pastOpen := s.growing && r.off >= s.size
 		if pastOpen {
 			if why := r.pastEnd(h, err); why != "" {
+				// Zeros to the end are the segment's reserved rest: the
+				// epoch goes on in the next segment, if its writer
+				// started one.
+				zero, err := zerosTo(r.f, r.off, r.win.size)
+				if err != nil {
+					return err
+				}
+				if zero {
+					r.off = r.win.size
+					continue
+				}
 				r.log.Debug("wal: replay stops reading another epoch here", "segment", s.name,
 					"offset", r.off, "reason", why)
 				r.seg = len(r.segs)

@@ -134,12 +134,13 @@ func scanSegment(r io.ReaderAt, size int64, name string, epoch uint64,
 // older build left when it truncated the torn tail of a zombie's segment
 // and the zombie went on writing at its own file offset.
 func classifyTail(r io.ReaderAt, size int64, name string, epoch uint64, off int64, why error) (scanResult, error) {
+	zero, err := zerosTo(r, off, size)
+	if err != nil || zero {
+		return scanResult{end: off}, err
+	}
 	rest := make([]byte, size-off)
 	if _, err := r.ReadAt(rest, off); err != nil && !errors.Is(err, io.EOF) {
 		return scanResult{}, err
-	}
-	if allZero(rest) {
-		return scanResult{end: off}, nil
 	}
 	i := findRecord(rest[1:], epoch)
 	if i < 0 {
@@ -150,4 +151,22 @@ func classifyTail(r io.ReaderAt, size int64, name string, epoch uint64, off int6
 		return scanResult{end: off, hole: true, why: why}, nil
 	}
 	return scanResult{}, &CorruptionError{Segment: name, Offset: off, Err: why}
+}
+
+// zerosTo reports whether the file holds only zeros from off to size: the
+// zero-filled rest of a segment, up to a whole one, read a window at a
+// time rather than at once.
+func zerosTo(r io.ReaderAt, off, size int64) (bool, error) {
+	buf := make([]byte, min(size-off, readAhead))
+	for off < size {
+		b := buf[:min(size-off, int64(len(buf)))]
+		if _, err := r.ReadAt(b, off); err != nil && !errors.Is(err, io.EOF) {
+			return false, err
+		}
+		if !allZero(b) {
+			return false, nil
+		}
+		off += int64(len(b))
+	}
+	return true, nil
 }

@@ -183,7 +183,10 @@ func (w *WAL) runJob(j *job) error {
 		// covers all of them rather than the first few.
 		runtime.Gosched()
 	}
-	return nil
+	if j.closing {
+		return nil
+	}
+	return w.fillAhead()
 }
 
 // finishJob publishes a round's progress and recycles its batch.
@@ -249,7 +252,8 @@ func (w *WAL) writeRecords(j *job, k int) error {
 	if err := w.reserve(int64(len(data))); err != nil {
 		return err
 	}
-	n, err := w.file.Write(data)
+	// At the end of data, not of the file: a zero-filled step lies past it.
+	n, err := w.file.WriteAt(data, w.fileSize)
 	w.fileSize += int64(n)
 	w.allocated = max(w.allocated, w.fileSize)
 	w.m.bytesWritten.Add(float64(n))
@@ -284,11 +288,70 @@ func (w *WAL) reserve(n int64) error {
 	}
 	step := w.opts.Preallocate
 	target := min((end+step-1)/step*step, max(w.opts.SegmentSize, end))
-	if err := w.file.Preallocate(w.allocated, target-w.allocated); err != nil {
+	if err := w.extend(w.file, target); err != nil {
 		return preallocError(w.active.name, err)
 	}
-	w.allocated = target
+	w.aheadFull = false
 	return nil
+}
+
+// extend reserves f's space from w.allocated up to end. Zeros are not
+// synced here: the sync that makes the records durable covers them, and
+// commits the file's size once for the step.
+func (w *WAL) extend(f vfs.File, end int64) error {
+	if w.opts.PreallocateMode == Fallocate {
+		if err := f.Preallocate(w.allocated, end-w.allocated); err != nil {
+			return err
+		}
+		w.allocated = end
+		return nil
+	}
+	n, err := writeZeros(f, w.allocated, end)
+	// Zeros written are the end of data whatever failed after them, and
+	// the records may use them.
+	w.allocated += n
+	return err
+}
+
+// zeroBlock is the source of the zeros a step is filled with.
+var zeroBlock [256 << 10]byte
+
+// writeZeros writes zeros to f over [off, end) and returns how many it
+// wrote.
+func writeZeros(f vfs.File, off, end int64) (int64, error) {
+	start := off
+	for off < end {
+		n, err := f.WriteAt(zeroBlock[:min(end-off, int64(len(zeroBlock)))], off)
+		off += int64(n)
+		if err != nil {
+			return off - start, err
+		}
+	}
+	return off - start, nil
+}
+
+// fillAhead zero-fills the active segment's next step and syncs it once
+// less than half a step is left, so that appends find the space ready and
+// their fsyncs commit no size change. The syncer calls it between rounds:
+// only the records appended meanwhile wait for it, and the next round
+// takes them all. A full disk is not reported here: the write that needs
+// the space meets it in reserve, where it is retried (see ErrNoSpace); an
+// attempt waits until then.
+func (w *WAL) fillAhead() error {
+	step := w.opts.Preallocate
+	if w.opts.PreallocateMode != ZeroFill || step <= 0 || w.file == nil || w.aheadFull ||
+		w.allocated >= w.opts.SegmentSize || w.allocated-w.fileSize >= step/2 {
+		return nil
+	}
+	target := min((w.allocated/step+1)*step, w.opts.SegmentSize)
+	if err := w.extend(w.file, target); err != nil {
+		if errors.Is(err, syscall.ENOSPC) {
+			w.aheadFull = true
+			return nil
+		}
+		return fmt.Errorf("zero-fill %s: %w", w.active.name, err)
+	}
+	return w.syncActive()
 }
 
 // firstStep is the space a new segment reserves at once.
@@ -339,7 +402,23 @@ func (w *WAL) roll() error {
 	w.segments = append(w.segments, seg)
 	w.active = seg
 	w.mu.Unlock()
-	w.file, w.fileSize, w.allocated = f, 0, w.firstStep()
+	w.file, w.fileSize = f, 0
+	return nil
+}
+
+// syncActive syncs the active segment and publishes that everything
+// written to it is durable.
+func (w *WAL) syncActive() error {
+	w.mu.Lock()
+	covered := w.written
+	w.mu.Unlock()
+	if err := w.syncFile(); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.synced = max(w.synced, covered)
+	w.progress.Broadcast()
+	w.mu.Unlock()
 	return nil
 }
 
@@ -347,13 +426,9 @@ func (w *WAL) roll() error {
 // last of an epoch is complete on disk: Open relies on it to tell damage
 // from a torn tail.
 func (w *WAL) seal() error {
-	if err := w.syncFile(); err != nil {
+	if err := w.syncActive(); err != nil {
 		return err
 	}
-	w.mu.Lock()
-	w.synced = max(w.synced, w.written)
-	w.progress.Broadcast()
-	w.mu.Unlock()
 	if err := w.file.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", w.active.name, err)
 	}
@@ -362,7 +437,8 @@ func (w *WAL) seal() error {
 }
 
 // createSegment creates the segment of Options.Epoch with the given index,
-// reserves its first step and syncs the directory, so that the new file's
+// reserves its first step (and syncs it, when zero-filled) and syncs the
+// directory, so that the new file's
 // entry is durable before any record in it is reported durable. A full
 // disk (at the create or the reservation) is ErrNoSpace and leaves no
 // file behind, so that a retry creates it again.
@@ -386,15 +462,31 @@ func (w *WAL) createSegment(index uint64) (*segment, vfs.File, error) {
 		}
 		return nil, nil, err
 	}
-	if n := w.firstStep(); n > 0 {
-		if err := f.Preallocate(0, n); err != nil {
-			return nil, nil, w.abandon(f, path, preallocError(name, err))
+	if err := w.reserveFirst(f); err != nil {
+		return nil, nil, w.abandon(f, path, preallocError(name, err))
+	}
+	// Zeros are synced with the segment, so that the first appends'
+	// fsyncs commit no size change either. A failed fsync is final, as
+	// everywhere.
+	if w.opts.PreallocateMode == ZeroFill && w.allocated > 0 {
+		if err := f.Sync(); err != nil {
+			return nil, nil, errors.Join(fmt.Errorf("sync %s: %w", name, err), f.Close())
 		}
 	}
 	if err := vfs.SyncDir(w.fs, w.dir); err != nil {
 		return nil, nil, errors.Join(err, f.Close())
 	}
 	return &segment{epoch: w.opts.Epoch, index: index, name: name}, f, nil
+}
+
+// reserveFirst reserves a new segment's first step; the active
+// segment's reservation starts over with it.
+func (w *WAL) reserveFirst(f vfs.File) error {
+	w.allocated, w.aheadFull = 0, false
+	if n := w.firstStep(); n > 0 {
+		return w.extend(f, n)
+	}
+	return nil
 }
 
 // abandon closes and removes a new segment that could not reserve space:

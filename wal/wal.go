@@ -37,8 +37,9 @@ type WAL struct {
 
 	// Owned by the syncer goroutine once Open returns.
 	file       vfs.File // the active segment; nil after a roll that could not create the next
-	fileSize   int64    // bytes written to file
-	allocated  int64    // bytes of file reserved by Preallocate
+	fileSize   int64    // bytes of records written to file: the end of data, where the next goes
+	allocated  int64    // bytes of file reserved: zero-filled (its size) or fallocated
+	aheadFull  bool     // fillAhead met a full disk; it waits until reserve gets space
 	syncerDone chan struct{}
 }
 

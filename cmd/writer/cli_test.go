@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -68,7 +69,9 @@ func TestCLI(t *testing.T) {
 
 // flipByte inverts the byte at OFFSET of the one file matching PATTERN
 // (a glob, as generated names are random); a negative OFFSET counts from
-// the end. It damages files as a bad disk would: a torn or corrupt record.
+// the end of the data, before any trailing zeros (the space a WAL segment
+// reserves past its last record). It damages files as a bad disk would: a
+// torn or corrupt record.
 //
 //	flipbyte PATTERN OFFSET
 func flipByte(ts *testscript.TestScript, neg bool, args []string) {
@@ -85,7 +88,7 @@ func flipByte(ts *testscript.TestScript, neg bool, args []string) {
 	data, err := os.ReadFile(matches[0])
 	ts.Check(err)
 	if off < 0 {
-		off += int64(len(data))
+		off += int64(len(bytes.TrimRight(data, "\x00")))
 	}
 	if off < 0 || off >= int64(len(data)) {
 		ts.Fatalf("flipbyte: offset %s outside the %d bytes of %s", args[1], len(data), matches[0])

@@ -262,7 +262,7 @@ func (o *walOptions) verify(out io.Writer, log *slog.Logger) error {
 	}
 	vr := verifyReport{Dir: o.dir(), Records: rep.Records, Bytes: rep.Bytes, Segments: []segmentReport{}, Tails: []tailReport{}}
 	for _, s := range rep.Segments {
-		vr.Segments = append(vr.Segments, segmentReport{s.Name, s.Epoch, s.Records, s.FirstPos, s.LastPos, s.Size})
+		vr.Segments = append(vr.Segments, segmentReport{s.Name, s.Epoch, s.Records, s.FirstPos, s.LastPos, s.End})
 	}
 	for _, t := range rep.Tails {
 		vr.Tails = append(vr.Tails, tailReport{t.Segment, t.Offset, t.Bytes, t.Hole, t.Reason.Error()})

@@ -166,6 +166,13 @@ func (f *procFile) Write(b []byte) (int, error) {
 	return f.File.Write(b)
 }
 
+func (f *procFile) WriteAt(b []byte, off int64) (int, error) {
+	if err := f.p.enter("write", f.name); err != nil {
+		return 0, err
+	}
+	return f.File.WriteAt(b, off)
+}
+
 func (f *procFile) Sync() error {
 	if err := f.p.enter("sync", f.name); err != nil {
 		return err
