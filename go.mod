@@ -11,6 +11,7 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/s3 v1.109.1
 	github.com/aws/smithy-go v1.28.1
 	github.com/cockroachdb/datadriven v1.0.3
+	github.com/go-json-experiment/json v1.27.2
 	github.com/gocql/gocql v1.7.0
 	github.com/google/flatbuffers v25.12.19+incompatible
 	github.com/google/uuid v1.6.0

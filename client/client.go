@@ -203,13 +203,6 @@ func (c *Client) appendBody(ctx context.Context, shard string, body []byte, n in
 	return c.sendInSession(ctx, shard, &batchSeq{body: body, rows: n, src: cloneSource(src)})
 }
 
-// encodeRow writes r as one NDJSON line.
-func encodeRow(w *bytes.Buffer, r map[string]any) error {
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	return enc.Encode(r)
-}
-
 // send posts an NDJSON body, retrying what is safe to retry; seq, when
 // set, is the session position of its first row, the same on every
 // attempt. maybe reports whether some attempt ended without a definite

@@ -42,8 +42,8 @@ func (s *Shard) Append(ctx context.Context, rows []schema.Row, src Source) (Resu
 
 // AppendWith is Append with a producer session (see Producer).
 func (s *Shard) AppendWith(ctx context.Context, rows []schema.Row, o AppendOptions) (Result, error) {
-	if len(rows) > s.opts.MaxBatchRows {
-		return Result{}, fmt.Errorf("%w: %d rows, the limit is %d", ErrBatchTooLarge, len(rows), s.opts.MaxBatchRows)
+	if err := s.CheckBatchRows(len(rows)); err != nil {
+		return Result{}, err
 	}
 	b, err := s.Schema().Build(rows)
 	if err != nil {
@@ -69,9 +69,19 @@ func (s *Shard) AppendBatchWith(ctx context.Context, b *schema.Batch, o AppendOp
 	return res, nil
 }
 
+// CheckBatchRows refuses a batch of n rows, more than MaxBatchRows, with
+// ErrBatchTooLarge. AppendWith checks it before it validates the rows; a
+// caller that validates rows itself checks it first to answer alike.
+func (s *Shard) CheckBatchRows(n int) error {
+	if n > s.opts.MaxBatchRows {
+		return fmt.Errorf("%w: %d rows, the limit is %d", ErrBatchTooLarge, n, s.opts.MaxBatchRows)
+	}
+	return nil
+}
+
 func (s *Shard) checkAppend(b *schema.Batch, o AppendOptions) error {
-	if b.Len() > s.opts.MaxBatchRows {
-		return fmt.Errorf("%w: %d rows, the limit is %d", ErrBatchTooLarge, b.Len(), s.opts.MaxBatchRows)
+	if err := s.CheckBatchRows(b.Len()); err != nil {
+		return err
 	}
 	if o.Producer.ID != "" {
 		if err := ValidateProducerID(o.Producer.ID); err != nil {

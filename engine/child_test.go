@@ -173,17 +173,37 @@ func (c *child) waitReady(t *testing.T) uint64 {
 	return 0
 }
 
-// waitAcks blocks until the child has reported n ACK lines.
-func (c *child) waitAcks(t *testing.T, n int) {
+// waitAcks blocks until the child has reported n ACK lines, and returns
+// true; false when the child stopped itself first because its lease was
+// lost (a 2 s lease can lapse on a loaded machine): a failover too, and
+// the right reaction of a writer, which must then acknowledge nothing.
+func (c *child) waitAcks(t *testing.T, n int) bool {
 	t.Helper()
 	timeout := time.After(60 * time.Second)
 	for range n {
 		select {
 		case <-c.lines:
 		case <-c.done:
+			if c.fencedItself() {
+				return false
+			}
 			t.Fatalf("child writer exited: %v", c.errs)
 		case <-timeout:
 			t.Fatalf("child writer did not acknowledge %d appends within 60s", n)
 		}
 	}
+	return true
+}
+
+// fencedItself reports whether every error the exited child printed is
+// the fence of a lost lease.
+func (c *child) fencedItself() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.errs {
+		if !strings.Contains(e, "fenced") || !strings.Contains(e, "lease was lost") {
+			return false
+		}
+	}
+	return len(c.errs) > 0
 }

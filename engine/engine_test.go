@@ -115,8 +115,16 @@ func TestBadInputChangesNothing(t *testing.T) {
 			}
 		})
 	}
-	if _, err := s.Append(ctx, rows("big", 0, s.opts.MaxBatchRows+1), Source{}); !errors.Is(err, ErrBatchTooLarge) {
+	_, err := s.Append(ctx, rows("big", 0, s.opts.MaxBatchRows+1), Source{})
+	if !errors.Is(err, ErrBatchTooLarge) {
 		t.Fatalf("oversize batch: %v", err)
+	}
+	// Callers that build batches themselves answer as Append does.
+	if check := s.CheckBatchRows(s.opts.MaxBatchRows + 1); check == nil || check.Error() != err.Error() {
+		t.Fatalf("CheckBatchRows of an oversize batch: %v, Append: %v", check, err)
+	}
+	if err := s.CheckBatchRows(s.opts.MaxBatchRows); err != nil {
+		t.Fatalf("CheckBatchRows of MaxBatchRows rows: %v", err)
 	}
 }
 

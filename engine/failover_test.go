@@ -36,7 +36,9 @@ func TestFailoverLosesNoAckedRow(t *testing.T) {
 			t.Fatalf("round %d claimed epoch %d after epoch %d", round, epoch, lastEpoch)
 		}
 		lastEpoch = epoch
-		c.waitAcks(t, 20+rng.IntN(400))
+		if !c.waitAcks(t, 20+rng.IntN(400)) {
+			t.Logf("round %d: the writer lost its lease before the SIGKILL (a loaded machine) and stopped: a failover all the same", round)
+		}
 		c.kill()
 		for _, id := range c.acked {
 			acked[id] = true

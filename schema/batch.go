@@ -99,13 +99,17 @@ func (v *Vector) IsNull(i int) bool { return v.Nulls != nil && v.Nulls[i] }
 // The first bad row fails the whole batch with a *RowError.
 func (s *Schema) Build(rows []Row) (*Batch, error) {
 	b := s.NewBatch(len(rows))
-	for i, r := range rows {
-		if err := b.appendRow(i, r); err != nil {
+	for _, r := range rows {
+		if err := b.Append(r); err != nil {
 			return nil, err
 		}
 	}
 	return b, nil
 }
+
+// Append validates r as Build does and appends it as the next row. After
+// a *RowError the batch may hold part of r: drop it.
+func (b *Batch) Append(r Row) error { return b.appendRow(b.Len(), r) }
 
 func (b *Batch) appendRow(i int, r Row) error {
 	s := b.Schema

@@ -91,6 +91,49 @@ func (v *Vector) pushNull(i int) {
 	v.markNull(i, true)
 }
 
+// The Push methods append one row's value of the vector's own type, for
+// decoders that convert values themselves (and check them as Build
+// would): no value is boxed in an interface on the way.
+
+// PushNull appends a null row, of any type.
+func (v *Vector) PushNull() { v.pushNull(v.Len()) }
+
+// PushString appends to a string, json or binary vector.
+func (v *Vector) PushString(s string) {
+	v.markNull(len(v.Str), false)
+	v.Str = append(v.Str, s)
+}
+
+// PushInt64 appends to an int64 or timestamp vector.
+func (v *Vector) PushInt64(n int64) {
+	v.markNull(len(v.I64), false)
+	v.I64 = append(v.I64, n)
+}
+
+// PushFloat64 appends to a float64 vector.
+func (v *Vector) PushFloat64(f float64) {
+	v.markNull(len(v.F64), false)
+	v.F64 = append(v.F64, f)
+}
+
+// PushBool appends to a bool vector.
+func (v *Vector) PushBool(t bool) {
+	v.markNull(len(v.Bool), false)
+	v.Bool = append(v.Bool, t)
+}
+
+// PushInt32 appends to an int32 vector.
+func (v *Vector) PushInt32(n int32) {
+	v.markNull(len(v.I32), false)
+	v.I32 = append(v.I32, n)
+}
+
+// PushFloat32 appends to a float32 vector.
+func (v *Vector) PushFloat32(f float32) {
+	v.markNull(len(v.F32), false)
+	v.F32 = append(v.F32, f)
+}
+
 func (v *Vector) zero() {
 	i := v.Len()
 	switch v.Type {

@@ -33,6 +33,7 @@ func FuzzNDJSONDecode(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
+		checkBatchAgrees(t, schema.Rollout(), body)
 		rows, lines, perr := decodeNDJSON(bytes.NewReader(body), schema.Rollout(), fuzzMaxRows, 1<<20)
 		if perr != nil {
 			if perr.Error() == "" || rows != nil {
@@ -199,8 +200,8 @@ func FuzzNDJSONLine(f *testing.F) {
 	f.Fuzz(func(t *testing.T, line []byte) { checkPathsAgree(t, sc, line) })
 }
 
-// checkPathsAgree: a line the fast path takes, the strict walk takes, as
-// the same row.
+// checkPathsAgree: a line the fast path or the typed decoder takes, the
+// strict walk takes, as the same row.
 func checkPathsAgree(t *testing.T, sc *schema.Schema, line []byte) {
 	t.Helper()
 	line = bytes.TrimSpace(line)
@@ -209,6 +210,7 @@ func checkPathsAgree(t *testing.T, sc *schema.Schema, line []byte) {
 	}
 	fast, ok := decodeLineFast(line, shapeOf(line), sc)
 	strict, lerr := decodeLineStrict(line, sc)
+	checkTyped(t, sc, line, strict, lerr)
 	if !ok {
 		return
 	}
@@ -240,6 +242,7 @@ func FuzzNDJSONNested(f *testing.F) {
 		for _, line := range bytes.Split(body, []byte("\n")) {
 			checkPathsAgree(t, sc, line)
 		}
+		checkBatchAgrees(t, sc, body)
 		rows, lines, perr := decodeNDJSON(bytes.NewReader(body), sc, fuzzMaxRows, 1<<20)
 		if perr != nil {
 			if perr.Error() == "" || rows != nil {

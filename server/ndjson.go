@@ -32,6 +32,16 @@ import (
 // before and three scans of the raw bytes, takes the plainly good lines at
 // less cost (BenchmarkDecodeNDJSON); FuzzNDJSONLine holds the two to the
 // same answers.
+//
+// Both make a schema.Row, which Build then converts into a batch's
+// columns: a map, an interface per value and two copies of every string,
+// five times the cost of the values themselves. So the server first tries
+// typedDecoder (ndjsontyped.go), which takes a line whose values its
+// columns plainly take straight into the batch, reading it with jsontext,
+// which refuses what the strict walk refuses; any other line goes the way
+// above, and Batch.Append validates its row as Build would. FuzzNDJSONLine
+// holds the typed decoder to the strict walk as well, and checkBatchAgrees
+// whole bodies to decodeNDJSON and Build (same batch, same refusal).
 
 // errDecodedTooLarge marks a request whose rows decode to more bytes than
 // one WAL record may hold: the answer is 413.
@@ -67,45 +77,83 @@ func (e *lineError) Error() string {
 
 func (e *lineError) Unwrap() error { return e.err }
 
-// decodeNDJSON reads one JSON object per line, at most maxRows of them and
-// at most maxBytes of decoded values (estimated as the WAL stores them);
-// blank lines are skipped. lines[i] is the 1-based line of rows[i]. sc says
-// which columns take decoded values (lists and structs) rather than JSON
-// text.
-func decodeNDJSON(body io.Reader, sc *schema.Schema, maxRows int, maxBytes int64) (rows []schema.Row, lines []int, perr *parseError) {
+// ndjsonBatch is a body decoded into a batch of sc, or with invalid, the
+// *schema.RowError of its first row that does not build, as schema.Build
+// refuses it. The rows after that one are still decoded (not built): a
+// refusal of the whole body comes first.
+type ndjsonBatch struct {
+	batch   *schema.Batch
+	lines   []int
+	invalid error
+}
+
+// decodeNDJSONBatch reads one JSON object per line, at most maxRows of
+// them and at most maxBytes of decoded values (estimated as the WAL stores
+// them), into a batch of sc; blank lines are skipped. lines[i] is the
+// 1-based line of row i. A line goes straight into the batch's vectors
+// when typedDecoder takes it, and through decodeLine and Batch.Append
+// otherwise.
+func decodeNDJSONBatch(body io.Reader, sc *schema.Schema, maxRows int, maxBytes int64) (*ndjsonBatch, *parseError) {
+	out := &ndjsonBatch{batch: sc.NewBatch(64)}
+	td := newTypedDecoder(sc)
+	lines, perr := readNDJSON(body, maxRows, maxBytes, func(t []byte, sh shape) (int64, *lineError) {
+		if out.invalid == nil {
+			if n, ok := td.decode(t, out.batch); ok {
+				return n, nil
+			}
+		}
+		row, n, lerr := decodeLine(t, sh, sc)
+		if lerr == nil && out.invalid == nil {
+			out.invalid = out.batch.Append(row)
+		}
+		return n, lerr
+	})
+	if perr != nil {
+		return nil, perr
+	}
+	out.lines = lines
+	return out, nil
+}
+
+// readNDJSON calls each with every line that is not blank, trimmed, and
+// its shape, within the limits of decodeNDJSONBatch; each returns the
+// bytes the line's values take in a WAL record or why the line is
+// refused. It returns the line of every row.
+func readNDJSON(body io.Reader, maxRows int, maxBytes int64, each func(t []byte, sh shape) (int64, *lineError)) ([]int, *parseError) {
 	br := bufio.NewReaderSize(body, 64<<10)
+	var lines []int
 	var size, heap int64
 	for line := 1; ; line++ {
 		b, err := readLine(br)
 		if err != nil && err != io.EOF {
-			return nil, nil, &parseError{err: err}
+			return nil, &parseError{err: err}
 		}
 		if t := bytes.TrimSpace(b); len(t) > 0 {
-			if len(rows) >= maxRows {
-				return nil, nil, &parseError{line: line, err: fmt.Errorf("%w: more than %d rows in the request", errTooManyRows, maxRows)}
+			if len(lines) >= maxRows {
+				return nil, &parseError{line: line, err: fmt.Errorf("%w: more than %d rows in the request", errTooManyRows, maxRows)}
 			}
 			// Before decoding: a line of millions of tiny values ("{}",
 			// "0") decodes, generically, to tens of bytes of heap a value.
 			sh := shapeOf(t)
 			if heap += int64(sh.values) * valueHeapBytes; heap > decodedPerWAL*maxBytes {
-				return nil, nil, &parseError{line: line, err: fmt.Errorf("%w: the rows up to this line hold more than %d JSON values; send fewer or smaller rows",
+				return nil, &parseError{line: line, err: fmt.Errorf("%w: the rows up to this line hold more than %d JSON values; send fewer or smaller rows",
 					errDecodedTooLarge, decodedPerWAL*maxBytes/valueHeapBytes)}
 			}
-			row, n, lerr := decodeLine(t, sh, sc)
+			n, lerr := each(t, sh)
 			if lerr != nil {
 				if lerr.offset >= 0 {
 					lerr.offset += bytes.Index(b, t) // the line as sent, before trimming
 				}
-				return nil, nil, &parseError{line: line, err: lerr}
+				return nil, &parseError{line: line, err: lerr}
 			}
 			if size += n; size > maxBytes {
-				return nil, nil, &parseError{line: line, err: fmt.Errorf("%w: the rows up to this line hold more than %d bytes; send fewer or smaller rows",
+				return nil, &parseError{line: line, err: fmt.Errorf("%w: the rows up to this line hold more than %d bytes; send fewer or smaller rows",
 					errDecodedTooLarge, maxBytes)}
 			}
-			rows, lines = append(rows, row), append(lines, line)
+			lines = append(lines, line)
 		}
 		if err == io.EOF {
-			return rows, lines, nil
+			return lines, nil
 		}
 	}
 }
@@ -122,22 +170,40 @@ const valueHeapBytes = 64
 type shape struct{ keys, values int }
 
 func shapeOf(b []byte) shape {
-	sh, inString := shape{values: 1}, false
+	sh := shape{values: 1}
 	for i := 0; i < len(b); i++ {
-		switch c := b[i]; {
-		case inString && c == '\\':
-			i++
-		case c == '"':
-			inString = !inString
-		case inString:
-		case c == ':':
+		switch b[i] {
+		case '"':
+			i = stringEnd(b, i+1)
+		case ':':
 			sh.keys++
 			sh.values++
-		case c == '[' || c == ',':
+		case '[', ',':
 			sh.values++
 		}
 	}
 	return sh
+}
+
+// stringEnd returns the index of the quote that ends the string whose text
+// starts at b[start], or len(b). Most of a line is string text: it is
+// skipped a quote at a time, and a quote after an odd run of backslashes
+// is escaped.
+func stringEnd(b []byte, start int) int {
+	for i := start; ; i++ {
+		q := bytes.IndexByte(b[i:], '"')
+		if q < 0 {
+			return len(b)
+		}
+		i += q
+		run := 0
+		for run < i-start && b[i-1-run] == '\\' {
+			run++
+		}
+		if run%2 == 0 {
+			return i
+		}
+	}
 }
 
 // readLine returns the next line. One that fits in br's buffer is not

@@ -421,11 +421,11 @@ func (s *Server) handleRows(w http.ResponseWriter, r *http.Request, t *table) {
 	if !ok {
 		return
 	}
-	if perr := checkSeqRange(opts.Producer, len(d.rows)); perr != nil {
+	if perr := checkSeqRange(opts.Producer, d.len()); perr != nil {
 		s.failAs(w, r, errs.InvalidInput, *perr)
 		return
 	}
-	res, err := sh.AppendWith(r.Context(), d.rows, opts)
+	res, err := d.append(r.Context(), sh, opts)
 	if err != nil {
 		code, e := s.appendError(err, d.locate)
 		s.fail(w, r, code, e)
@@ -476,7 +476,7 @@ func (s *Server) readRows(w http.ResponseWriter, r *http.Request, adm *admission
 		s.fail(w, r, code, e)
 		return decoded{}, false
 	}
-	if len(d.rows) == 0 {
+	if d.len() == 0 {
 		s.failAs(w, r, errs.InvalidInput, apiError{Error: "no rows in the request body"})
 		return decoded{}, false
 	}
@@ -487,11 +487,38 @@ func (s *Server) readRows(w http.ResponseWriter, r *http.Request, adm *admission
 // schema sc.
 type bodyDecoder func(body io.Reader, size int64, sc *schema.Schema) (decoded, error)
 
-// decoded is a request body as rows; locate names where a rejected row
-// came from (its line, or its record batch and row).
+// decoded is a request body as rows, or as a batch already built from
+// them (invalid: the error of the first row that did not build); locate
+// names where a rejected row came from (its line, or its record batch and
+// row).
 type decoded struct {
-	rows   []schema.Row
-	locate locator
+	rows    []schema.Row
+	batch   *schema.Batch
+	n       int
+	invalid error
+	locate  locator
+}
+
+func (d decoded) len() int {
+	if d.batch == nil {
+		return len(d.rows)
+	}
+	return d.n
+}
+
+// append appends the rows, answering as AppendWith answers the rows a
+// batch was built from: their count is checked before their values.
+func (d decoded) append(ctx context.Context, sh *engine.Shard, opts engine.AppendOptions) (engine.Result, error) {
+	if d.batch == nil {
+		return sh.AppendWith(ctx, d.rows, opts)
+	}
+	if err := sh.CheckBatchRows(d.n); err != nil {
+		return engine.Result{}, err
+	}
+	if d.invalid != nil {
+		return engine.Result{}, d.invalid
+	}
+	return sh.AppendBatchWith(ctx, d.batch, opts)
 }
 
 // locator turns a row error into the answer body, or false when the row is
@@ -514,11 +541,11 @@ func (s *Server) decoder(w http.ResponseWriter, r *http.Request) (bodyDecoder, b
 }
 
 func (s *Server) decodeNDJSONBody(body io.Reader, _ int64, sc *schema.Schema) (decoded, error) {
-	rows, lines, perr := decodeNDJSON(body, sc, s.opts.MaxRows, s.opts.MaxDecodedBytes)
+	nb, perr := decodeNDJSONBatch(body, sc, s.opts.MaxRows, s.opts.MaxDecodedBytes)
 	if perr != nil {
 		return decoded{}, perr
 	}
-	return decoded{rows: rows, locate: lineLocator(lines)}, nil
+	return decoded{batch: nb.batch, n: len(nb.lines), invalid: nb.invalid, locate: lineLocator(nb.lines)}, nil
 }
 
 func (s *Server) decodeArrowBody(body io.Reader, size int64, sc *schema.Schema) (decoded, error) {
