@@ -24,8 +24,11 @@ func BenchmarkAppendByHistory(b *testing.B) {
 		b.Run(fmt.Sprintf("generations=%d", history), func(b *testing.B) {
 			ctx := context.Background()
 			// The history stays unmerged: room for it above the default
-			// limit on unmerged generations (ErrMergesBehind).
-			h, s := openShard(b, scalingOptions(b, engine.Options{FlushBytes: 64 << 20, FlushAge: -1, MaxUnmergedGenerations: 2 * max(history, 1000)}))
+			// limit on unmerged generations (ErrMergesBehind), and few
+			// sources (it uses none), so that the worst-case manifest still
+			// fits one etcd value (Options.Validate).
+			h, s := openShard(b, scalingOptions(b, engine.Options{FlushBytes: 64 << 20, FlushAge: -1,
+				MaxUnmergedGenerations: 2 * max(history, 1000), MaxSources: 16}))
 			defer h.Close(ctx)
 			batches, _ := prepare(b, 1)
 			for g := range history {
