@@ -19,28 +19,11 @@ import (
 // typedSchema has a column of every primitive type, some not nullable,
 // and a nullable list, which the typed decoder takes only when null.
 func typedSchema(t testing.TB) *schema.Schema {
-	t.Helper()
-	var cols []schema.Column
-	for _, c := range []struct {
-		name, typ string
-		nullable  bool
-	}{
+	return schemaOf(t, []colSpec{
 		{"s", "string", false}, {"i", "int64", true}, {"f", "float64", true}, {"ok", "bool", true},
 		{"j", "json", true}, {"n", "int32", false}, {"g", "float32", true}, {"blob", "binary", true},
 		{"at", "timestamp", true}, {"tags", "list<string>", true},
-	} {
-		col, err := schema.ParseColumnType(c.typ)
-		if err != nil {
-			t.Fatal(err)
-		}
-		col.Name, col.Nullable = c.name, c.nullable
-		cols = append(cols, col)
-	}
-	sc, err := schema.New(cols)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sc
+	})
 }
 
 // typedGood is a row of typedSchema the typed decoder takes.

@@ -21,25 +21,17 @@ import (
 	"github.com/rollwal/rollwal/schema"
 )
 
-// nestedSchema has a column of every type that the first five lack.
-func nestedSchema(t testing.TB) *schema.Schema {
+// colSpec is a column as tests spell it: name, type text, nullable.
+type colSpec struct {
+	name, typ string
+	nullable  bool
+}
+
+// schemaOf is the schema of the columns specs.
+func schemaOf(t testing.TB, specs []colSpec) *schema.Schema {
 	t.Helper()
 	var cols []schema.Column
-	for _, c := range []struct {
-		name, typ string
-		nullable  bool
-	}{
-		{"tokens", "list<int32>", false},
-		{"logprobs", "list<float32>", true},
-		{"messages", "list<struct<role: string, content: string>>", false},
-		{"meta", "struct<step: int32, at: timestamp?, note: string?>", true},
-		{"n", "int32", true},
-		{"score", "float32", true},
-		{"reward", "float64", true},
-		{"blob", "binary", true},
-		{"at", "timestamp", true},
-		{"metadata", "json", true},
-	} {
+	for _, c := range specs {
 		col, err := schema.ParseColumnType(c.typ)
 		if err != nil {
 			t.Fatal(err)
@@ -52,6 +44,22 @@ func nestedSchema(t testing.TB) *schema.Schema {
 		t.Fatal(err)
 	}
 	return sc
+}
+
+// nestedSchema has a column of every type that the first five lack.
+func nestedSchema(t testing.TB) *schema.Schema {
+	return schemaOf(t, []colSpec{
+		{"tokens", "list<int32>", false},
+		{"logprobs", "list<float32>", true},
+		{"messages", "list<struct<role: string, content: string>>", false},
+		{"meta", "struct<step: int32, at: timestamp?, note: string?>", true},
+		{"n", "int32", true},
+		{"score", "float32", true},
+		{"reward", "float64", true},
+		{"blob", "binary", true},
+		{"at", "timestamp", true},
+		{"metadata", "json", true},
+	})
 }
 
 // newNestedFixture serves a table of nestedSchema.
