@@ -123,6 +123,14 @@ type BaseCommit struct {
 	// (ErrSchemaBehind): files must not be published in a schema the
 	// table has left.
 	Schema *SchemaVersion
+	// Sidecar, when set, is a file made durable together with the
+	// commit's metadata files (one sync for all), for a caller that must
+	// place a file of its own once the commit applied: it is called with
+	// the new metadata file's location and its metadata, and returns a
+	// temporary path (an absolute local path, written whole, synced, never
+	// renamed here) and its bytes. Only a catalog with local metadata
+	// calls it; with Options.Store it is not called.
+	Sidecar func(loc string, meta table.Metadata) (path string, data []byte, err error)
 }
 
 // Retention bounds the snapshots a table keeps (and so its metadata
@@ -178,7 +186,7 @@ func (c *Etcd) PrepareBaseCommit(ctx context.Context, ident table.Identifier, bc
 	if err != nil {
 		return nil, err
 	}
-	return c.prepare(cur, tc.Requirements, append(evolve, tc.Updates...))
+	return c.prepare(cur, tc.Requirements, append(evolve, tc.Updates...), bc.Sidecar)
 }
 
 // SchemaVersionProperty is the table property that names the schema
@@ -310,6 +318,20 @@ func expire(txn *table.Transaction, meta table.Metadata, r Retention, adding boo
 		return nil
 	}
 	return txn.ExpireSnapshots(table.WithOlderThan(age), table.WithRetainLast(1), table.WithPostCommit(false))
+}
+
+// DataFiles are the data files a commit of files registers, as its
+// manifest will hold them (bounds included), without writing anything: a
+// caller that knows a snapshot's parent files can so know the snapshot's
+// files without reading its manifests back.
+func (c *Etcd) DataFiles(meta table.Metadata, files []File) ([]iceberg.DataFile, error) {
+	return c.dataFiles(meta, files)
+}
+
+// TableAt is the table ident at metadata meta, read from location loc
+// (a prepared commit's, before it applied).
+func (c *Etcd) TableAt(ident table.Identifier, meta table.Metadata, loc string) *table.Table {
+	return table.New(slices.Clone(ident), meta, loc, c.fsF, c)
 }
 
 // dataFiles builds the data files of files. A file's location must be one

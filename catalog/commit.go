@@ -53,10 +53,10 @@ func (c *Etcd) PrepareCommit(ctx context.Context, ident table.Identifier, reqs [
 	if err != nil {
 		return nil, err
 	}
-	return c.prepare(cur, reqs, updates)
+	return c.prepare(cur, reqs, updates, nil)
 }
 
-func (c *Etcd) prepare(cur *current, reqs []table.Requirement, updates []table.Update) (*PreparedCommit, error) {
+func (c *Etcd) prepare(cur *current, reqs []table.Requirement, updates []table.Update, sidecar sidecarFunc) (*PreparedCommit, error) {
 	for _, r := range reqs {
 		if err := r.Validate(cur.tbl.Metadata()); err != nil {
 			return nil, conflict(fmt.Sprintf("table %s: %v", cur.name, err))
@@ -71,7 +71,7 @@ func (c *Etcd) prepare(cur *current, reqs []table.Requirement, updates []table.U
 		return nil, err
 	}
 	loc := metadataLocation(next.Location(), v+1)
-	if err := c.writeMetadata(next, loc); err != nil {
+	if err := c.writeMetadata(next, loc, sidecar); err != nil {
 		return nil, err
 	}
 	value := record{Format: recordFormat, MetadataLocation: loc, PreviousMetadataLocation: cur.rec.MetadataLocation}.encode()
@@ -204,7 +204,7 @@ func (c *Etcd) CommitTable(ctx context.Context, ident table.Identifier, reqs []t
 	if len(updates) == 0 {
 		return cur.tbl.Metadata(), cur.rec.MetadataLocation, nil
 	}
-	p, err := c.prepare(cur, reqs, updates)
+	p, err := c.prepare(cur, reqs, updates, nil)
 	if err != nil {
 		return nil, "", err
 	}

@@ -44,7 +44,7 @@ func (c *Etcd) CreateTable(ctx context.Context, ident table.Identifier, sc *iceb
 		return nil, fmt.Errorf("catalog: table %s.%s: %w", ns, name, err)
 	}
 	loc := metadataLocation(cfg.Location, 0)
-	if err := c.writeMetadata(meta, loc); err != nil {
+	if err := c.writeMetadata(meta, loc, nil); err != nil {
 		return nil, err
 	}
 	key, nsKey := c.keys.table(ns, name), c.keys.namespace(ns)

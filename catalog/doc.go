@@ -41,10 +41,13 @@
 //
 // Every file goes through a vfs.FS (fileIO): written under a temporary
 // name and renamed into place; the files of one create or commit are then
-// synced together, and their directory once, when its metadata file is
-// written — before any transaction can name them — so a record in etcd
-// never names a file a crash can lose (a crash before leaves files no
-// record names). Locations are then absolute local paths.
+// synced together with their directory (one round of syncs the disk
+// commits at once), when its metadata file is written — before any
+// transaction can name them — so a record in etcd never names a file a
+// crash can lose (a crash before leaves files no record names). A base
+// commit's caller may add a sidecar file of its own to that round
+// (BaseCommit.Sidecar: the readers' manifest, renamed into place after the
+// transaction). Locations are then absolute local paths.
 //
 // With Options.Store the files live in an object store instead (objectIO),
 // at locations that are the store's URL and an object name

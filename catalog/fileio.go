@@ -46,33 +46,41 @@ func (d *dirtyDirs) add(dir string, f vfs.File) {
 	d.mu.Unlock()
 }
 
-// syncDirty makes every placed file durable: the files are synced at once
-// (the disk commits them together), then their directories. Until it
-// returns no etcd record may name them; a crash before leaves files no
-// record names, which orphan removal deletes unread.
+// syncDirty makes every placed file durable: the files and their
+// directories are synced at once, so the disk commits them together (the
+// renames happened at Close; until every sync returned, no etcd record may
+// name the files). A crash before leaves files no record names, which
+// orphan removal deletes unread.
 func (f fileIO) syncDirty() error {
 	f.dirty.mu.Lock()
 	defer f.dirty.mu.Unlock()
-	files := f.dirty.files
-	f.dirty.files = nil
-	errs := make([]error, len(files))
+	files, dirs := f.dirty.files, f.dirty.dirs
+	f.dirty.files, f.dirty.dirs = nil, map[string]bool{}
+	errs := make([]error, len(files)+len(dirs))
 	var wg sync.WaitGroup
 	for i, file := range files {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = errors.Join(file.Sync(), file.Close())
-		}()
+		wg.Go(func() {
+			if err := errors.Join(file.Sync(), file.Close()); err != nil {
+				errs[i] = fmt.Errorf("catalog: sync metadata file: %w", err)
+			}
+		})
+	}
+	i := len(files)
+	for dir := range dirs {
+		wg.Go(func() {
+			if err := vfs.SyncDir(f.fs, dir); err != nil {
+				errs[i] = fmt.Errorf("catalog: sync %s: %w", dir, err)
+			}
+		})
+		i++
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("catalog: sync metadata files: %w", err)
-	}
-	for dir := range f.dirty.dirs {
-		if err := vfs.SyncDir(f.fs, dir); err != nil {
-			return fmt.Errorf("catalog: sync %s: %w", dir, err)
+		// Unsynced directories stay dirty: the next sync retries them.
+		for dir := range dirs {
+			f.dirty.dirs[dir] = true
 		}
-		delete(f.dirty.dirs, dir)
+		return err
 	}
 	return nil
 }
@@ -158,6 +166,29 @@ func (f fileIO) Create(name string) (icebergio.FileWriter, error) {
 		return nil, err
 	}
 	return &writeFile{fs: f.fs, file: file, tmp: tmp, path: p, dirty: f.dirty}, nil
+}
+
+// writeTemp writes data to path, to be synced with the placed files by
+// the next syncDirty; it is not renamed, and its directory is not synced
+// (the caller renames it later and syncs that).
+func (f fileIO) writeTemp(path string, data []byte) error {
+	if !filepath.IsAbs(path) {
+		return fmt.Errorf("temporary file %q: want an absolute path", path)
+	}
+	if err := vfs.MkdirAllDurable(f.fs, filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	file, err := f.fs.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := file.Write(data); err != nil {
+		return errors.Join(err, file.Close(), f.fs.Remove(path))
+	}
+	f.dirty.mu.Lock()
+	f.dirty.files = append(f.dirty.files, file)
+	f.dirty.mu.Unlock()
+	return nil
 }
 
 type readFile struct {

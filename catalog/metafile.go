@@ -59,13 +59,25 @@ func encodeMetadata(meta table.Metadata) ([]byte, error) {
 	return json.Marshal(meta)
 }
 
-func (c *Etcd) writeMetadata(meta table.Metadata, loc string) error {
+// sidecarFunc is BaseCommit.Sidecar.
+type sidecarFunc func(loc string, meta table.Metadata) (string, []byte, error)
+
+func (c *Etcd) writeMetadata(meta table.Metadata, loc string, sidecar sidecarFunc) error {
 	data, err := encodeMetadata(meta)
 	if err != nil {
 		return fmt.Errorf("catalog: encode metadata: %w", err)
 	}
 	if err := c.io.WriteFile(loc, data); err != nil {
 		return fmt.Errorf("catalog: write metadata %s: %w", loc, err)
+	}
+	if fio, ok := c.io.(fileIO); ok && sidecar != nil {
+		path, data, err := sidecar(loc, meta)
+		if err == nil {
+			err = fio.writeTemp(path, data)
+		}
+		if err != nil {
+			return fmt.Errorf("catalog: sidecar of %s: %w", loc, err)
+		}
 	}
 	// The metadata file is the last file of a create or a commit: after
 	// this, every file it reaches is durable.

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/schema"
@@ -15,7 +16,8 @@ import (
 // and Commit — the commit being what the Iceberg base adds to (metadata
 // files, the record in the transaction). lookup-free and id-check-fresh
 // (marked ID-check, positions beyond every base file). The generation is
-// appended and flushed outside the timer.
+// appended and flushed outside the timer; plan-ms, stage-ms and commit-ms
+// split the pass.
 func BenchmarkMergeCommit(b *testing.B) {
 	sizes := []int{1_000_000}
 	if os.Getenv("ROLLWAL_BENCH_10M") != "" {
@@ -40,6 +42,7 @@ func BenchmarkMergeCommit(b *testing.B) {
 			for _, check := range []bool{false, true} {
 				b.Run(map[bool]string{false: "lookup-free", true: "id-check-fresh"}[check], func(b *testing.B) {
 					b.ReportAllocs()
+					var phases [3]time.Duration // plan, stage, commit
 					for b.Loop() {
 						b.StopTimer()
 						op++
@@ -54,14 +57,23 @@ func BenchmarkMergeCommit(b *testing.B) {
 							b.Fatal(err)
 						}
 						b.StartTimer()
+						t0 := time.Now()
 						p := e.plan(b, check)
+						t1 := time.Now()
 						staged, err := e.c.Stage(e.ctx, p)
 						if err != nil {
 							b.Fatal(err)
 						}
+						t2 := time.Now()
 						if err := e.c.Commit(e.ctx, staged); err != nil {
 							b.Fatal(err)
 						}
+						phases[0] += t1.Sub(t0)
+						phases[1] += t2.Sub(t1)
+						phases[2] += time.Since(t2)
+					}
+					for i, name := range []string{"plan-ms", "stage-ms", "commit-ms"} {
+						b.ReportMetric(float64(phases[i].Microseconds())/1e3/float64(b.N), name)
 					}
 				})
 			}

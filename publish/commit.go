@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/rollwal/rollwal/catalog"
 	"github.com/rollwal/rollwal/layout"
 	"github.com/rollwal/rollwal/objstore"
 	"github.com/rollwal/rollwal/shardmeta"
@@ -33,35 +34,27 @@ import (
 // unchanged state means ErrNotApplied; a failed read means
 // ErrUnknownOutcome. Commit never retries blindly.
 func (c *Coordinator) Commit(ctx context.Context, s *Staged) error {
+	ahead := c.prepareAhead(ctx, s)
 	st, rev, err := c.store.LoadBaseState(ctx)
 	if err != nil {
+		ahead.discard()
 		return err
 	}
-	var todo []StagedPart
-	for _, p := range s.Parts {
-		w := st.Shards[p.Shard].Watermark
-		switch {
-		case p.Last <= w:
-			c.log.Info("staged part already merged; no-op", "shard", p.Shard, "first", p.First, "last", p.Last, "watermark", w)
-		case p.First <= w:
-			c.metrics.commits.WithLabelValues("stale").Inc()
-			return fmt.Errorf("%w: shard %q: staged generations %d..%d but the watermark is %d", ErrStalePrefix, p.Shard, p.First, p.Last, w)
-		default:
-			todo = append(todo, p)
-		}
+	todo, err := c.partsToCommit(st, s)
+	if err != nil {
+		ahead.discard()
+		return err
 	}
 	if len(todo) == 0 {
+		ahead.discard()
 		if err := c.checkLock(ctx); err != nil {
 			return err
 		}
 		c.metrics.commits.WithLabelValues("noop").Inc()
 		return c.writeReaderManifest(ctx, st, nil)
 	}
-	if err := c.checkShardsUnchanged(ctx, s.Plan, todo); err != nil {
-		c.metrics.commits.WithLabelValues("moved").Inc()
-		return err
-	}
 	if rev != s.Plan.StateRevision {
+		ahead.discard()
 		c.metrics.commits.WithLabelValues("moved").Inc()
 		return fmt.Errorf("%w: planned at revision %d (version %d), now revision %d (version %d)",
 			ErrBaseMoved, s.Plan.StateRevision, s.Plan.BaseVersion, rev, st.Version)
@@ -79,12 +72,24 @@ func (c *Coordinator) Commit(ctx context.Context, s *Staged) error {
 	if err != nil {
 		return err
 	}
-	tc, err := c.prepareAppend(ctx, s.Plan, todo, next.Version)
+	// The shards are read while the Iceberg metadata is written: both must
+	// hold before the transaction, neither needs the other.
+	shardsErr := make(chan error, 1)
+	go func() { shardsErr <- c.checkShardsUnchanged(ctx, s.Plan, todo) }()
+	tc, pm, err := ahead.take(ctx, todo, next)
+	if serr := <-shardsErr; serr != nil {
+		if pm != nil {
+			pm.abort()
+		}
+		c.metrics.commits.WithLabelValues("moved").Inc()
+		return serr
+	}
 	if err != nil {
 		return err
 	}
 	if c.testHookAfterPrepare != nil {
 		if err := c.testHookAfterPrepare(); err != nil {
+			pm.abort()
 			return err
 		}
 	}
@@ -93,6 +98,7 @@ func (c *Coordinator) Commit(ctx context.Context, s *Staged) error {
 		hook = func(err error) error { return err }
 	}
 	if _, err := c.putState(ctx, rev, data, hook, tc); err != nil {
+		pm.abort()
 		switch {
 		case errors.Is(err, ErrNotApplied):
 			c.metrics.commits.WithLabelValues("not_applied").Inc()
@@ -105,12 +111,121 @@ func (c *Coordinator) Commit(ctx context.Context, s *Staged) error {
 	c.log.Info("committed to the base", "version", next.Version, "parts", len(todo), "files", added, "metadata", tc.Location)
 	if c.testHookAfterCommit != nil {
 		if err := c.testHookAfterCommit(); err != nil {
+			pm.abort()
 			return err
 		}
 	}
-	// The table as committed, rather than read back from etcd: the commit
-	// applied, and its metadata is what was just written.
-	return c.writeReaderManifest(ctx, next, tc.Table())
+	return pm.place(ctx)
+}
+
+// partsToCommit are the staged parts the state st has not merged yet; a
+// stale prefix is ErrStalePrefix.
+func (c *Coordinator) partsToCommit(st *shardmeta.BaseState, s *Staged) ([]StagedPart, error) {
+	var todo []StagedPart
+	for _, p := range s.Parts {
+		w := st.Shards[p.Shard].Watermark
+		switch {
+		case p.Last <= w:
+			c.log.Info("staged part already merged; no-op", "shard", p.Shard, "first", p.First, "last", p.Last, "watermark", w)
+		case p.First <= w:
+			c.metrics.commits.WithLabelValues("stale").Inc()
+			return nil, fmt.Errorf("%w: shard %q: staged generations %d..%d but the watermark is %d", ErrStalePrefix, p.Shard, p.First, p.Last, w)
+		default:
+			todo = append(todo, p)
+		}
+	}
+	return todo, nil
+}
+
+// preparedAhead is the commit of every staged part as the plan's next
+// version, prepared while Commit reads the state. Commit takes it when the
+// state is still the plan's and every part is still to publish, the
+// common case; otherwise it is discarded, and its metadata files are
+// orphans (removed by RemoveOrphans, like a crashed attempt's).
+type preparedAhead struct {
+	c     *Coordinator
+	plan  *Plan
+	parts []StagedPart
+	done  chan struct{}
+	tc    *catalog.PreparedCommit
+	pm    *pendingManifest
+	err   error
+}
+
+func (c *Coordinator) prepareAhead(ctx context.Context, s *Staged) *preparedAhead {
+	a := &preparedAhead{c: c, plan: s.Plan, parts: s.Parts, done: make(chan struct{})}
+	if len(s.Parts) == 0 {
+		close(a.done)
+		return a
+	}
+	next := &shardmeta.BaseState{Version: s.Plan.BaseVersion + 1}
+	go func() {
+		defer close(a.done)
+		a.tc, a.pm, a.err = c.prepareCommit(ctx, s.Plan, s.Parts, next)
+	}()
+	return a
+}
+
+// take returns the commit of todo as base version next: the one prepared
+// ahead when it is that, else a new one.
+func (a *preparedAhead) take(ctx context.Context, todo []StagedPart, next *shardmeta.BaseState) (*catalog.PreparedCommit, *pendingManifest, error) {
+	<-a.done
+	if len(todo) == len(a.parts) && next.Version == a.plan.BaseVersion+1 {
+		return a.tc, a.pm, a.err
+	}
+	a.discard()
+	return a.c.prepareCommit(ctx, a.plan, todo, next)
+}
+
+// discard waits for the commit prepared ahead and drops it.
+func (a *preparedAhead) discard() {
+	<-a.done
+	if a.pm != nil {
+		a.pm.abort()
+	}
+}
+
+// prepareCommit writes the Iceberg metadata of the commit of parts as base
+// version next, and next's readers' manifest from it as pending: synced
+// under a temporary name together with the metadata files (a local base),
+// renamed into place only once the transaction applied.
+func (c *Coordinator) prepareCommit(ctx context.Context, plan *Plan, parts []StagedPart, next *shardmeta.BaseState) (*catalog.PreparedCommit, *pendingManifest, error) {
+	var added []shardmeta.BaseFile
+	for _, p := range parts {
+		added = append(added, p.Files...)
+	}
+	// The readers' manifest is of the table as it will be committed,
+	// rather than read back from etcd after: its metadata is what is
+	// being written.
+	var pm *pendingManifest
+	pending := func(loc string, meta table.Metadata) (*pendingManifest, error) {
+		if err := c.rememberAppend(meta, added); err != nil {
+			c.log.Warn("the files of the new snapshot are read back instead", "metadata", loc, "err", err)
+		}
+		return c.newPendingManifest(ctx, next.Version, c.table.cat.TableAt(c.table.ident, meta, loc))
+	}
+	var sidecar func(string, table.Metadata) (string, []byte, error)
+	if c.opts.Store == nil {
+		sidecar = func(loc string, meta table.Metadata) (_ string, _ []byte, err error) {
+			if pm, err = pending(loc, meta); err != nil {
+				return "", nil, err
+			}
+			return pm.tmp, pm.data, nil
+		}
+	}
+	tc, err := c.prepareAppend(ctx, plan, parts, next.Version, sidecar)
+	if err != nil {
+		if pm != nil {
+			pm.abort()
+		}
+		return nil, nil, err
+	}
+	if pm == nil {
+		if pm, err = pending(tc.Location, tc.Metadata); err != nil {
+			return nil, nil, err
+		}
+	}
+	return tc, pm, nil
 }
 
 // checkShardsUnchanged makes sure every generation about to be published is
@@ -209,23 +324,82 @@ func (c *Coordinator) writeReaderManifest(ctx context.Context, st *shardmeta.Bas
 // replaceReaderManifest is writeReaderManifest replacing a manifest that
 // exists (atomically: rename).
 func (c *Coordinator) replaceReaderManifest(ctx context.Context, st *shardmeta.BaseState, tbl *table.Table) error {
-	if st.Version == 0 {
-		return nil
-	}
-	fs := c.opts.FS
-	dir := layout.ReaderManifestDir(c.baseDir)
-	final := filepath.Join(dir, ReaderManifestName(st.Version))
-	var b *baseSnapshot
-	var err error
-	if tbl != nil {
-		b, err = c.baseOf(ctx, tbl, st.Version)
-	} else {
-		b, err = c.loadBase(ctx, st.Version)
-	}
+	pm, err := c.stageReaderManifest(ctx, st, tbl)
 	if err != nil {
 		return err
 	}
-	m := ReaderManifest{Version: st.Version, IcebergMetadata: b.tbl.MetadataLocation(), Files: []ReaderManifestFile{}}
+	return pm.place(ctx)
+}
+
+// pendingManifest is a readers' manifest written and synced under its
+// temporary name (a local base) or held (a base in a store), to be placed
+// once the version it describes is committed.
+type pendingManifest struct {
+	c       *Coordinator
+	version uint64
+	data    []byte
+	// tmp and final are set for a local base; none for version 0.
+	tmp, final string
+}
+
+// stageReaderManifest writes version st.Version's readers' manifest as
+// pending, from tbl (or, when nil, the table's current snapshot).
+func (c *Coordinator) stageReaderManifest(ctx context.Context, st *shardmeta.BaseState, tbl *table.Table) (*pendingManifest, error) {
+	pm, err := c.newPendingManifest(ctx, st.Version, tbl)
+	if err != nil || pm.tmp == "" {
+		return pm, err
+	}
+	if err := vfs.MkdirAllDurable(c.opts.FS, filepath.Dir(pm.tmp), 0o755); err != nil {
+		return nil, fmt.Errorf("publish: readers' manifest: %w", err)
+	}
+	f, err := c.opts.FS.Create(pm.tmp)
+	if err != nil {
+		return nil, fmt.Errorf("publish: readers' manifest: %w", err)
+	}
+	_, err = f.Write(pm.data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		pm.abort()
+		return nil, fmt.Errorf("publish: readers' manifest %s: %w", pm.final, err)
+	}
+	return pm, nil
+}
+
+// newPendingManifest is version's readers' manifest from tbl (or, when
+// nil, the table's current snapshot), not written yet.
+func (c *Coordinator) newPendingManifest(ctx context.Context, version uint64, tbl *table.Table) (*pendingManifest, error) {
+	pm := &pendingManifest{c: c, version: version}
+	if version == 0 {
+		return pm, nil
+	}
+	var b *baseSnapshot
+	var err error
+	if tbl != nil {
+		b, err = c.baseOf(ctx, tbl, version)
+	} else {
+		b, err = c.loadBase(ctx, version)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if pm.data, err = c.readerManifestOf(b, version); err != nil {
+		return nil, err
+	}
+	if c.opts.Store == nil {
+		dir := layout.ReaderManifestDir(c.baseDir)
+		pm.final = filepath.Join(dir, ReaderManifestName(version))
+		pm.tmp = filepath.Join(dir, ".tmp-"+ReaderManifestName(version))
+	}
+	return pm, nil
+}
+
+func (c *Coordinator) readerManifestOf(b *baseSnapshot, version uint64) ([]byte, error) {
+	m := ReaderManifest{Version: version, IcebergMetadata: b.tbl.MetadataLocation(), Files: []ReaderManifestFile{}}
 	if c.opts.Store != nil {
 		m.Location = c.baseLocation()
 	}
@@ -239,37 +413,37 @@ func (c *Coordinator) replaceReaderManifest(ctx context.Context, st *shardmeta.B
 	}
 	data, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if c.opts.Store != nil {
-		return c.putStoreReaderManifest(ctx, st.Version, append(data, '\n'))
+	return append(data, '\n'), nil
+}
+
+// place puts the manifest under its name (durably: the rename's directory
+// is synced).
+func (pm *pendingManifest) place(ctx context.Context) error {
+	c := pm.c
+	switch {
+	case pm.version == 0:
+		return nil
+	case c.opts.Store != nil:
+		return c.putStoreReaderManifest(ctx, pm.version, pm.data)
 	}
-	if err := vfs.MkdirAllDurable(fs, dir, 0o755); err != nil {
-		return fmt.Errorf("publish: readers' manifest: %w", err)
-	}
-	tmp := filepath.Join(dir, ".tmp-"+ReaderManifestName(st.Version))
-	f, err := fs.Create(tmp)
-	if err != nil {
-		return fmt.Errorf("publish: readers' manifest: %w", err)
-	}
-	_, err = f.Write(append(data, '\n'))
+	err := c.opts.FS.Rename(pm.tmp, pm.final)
 	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = fs.Rename(tmp, final)
-	}
-	if err == nil {
-		err = vfs.SyncDir(fs, dir)
+		err = vfs.SyncDir(c.opts.FS, filepath.Dir(pm.final))
 	}
 	if err != nil {
-		_ = fs.Remove(tmp)
-		return fmt.Errorf("publish: readers' manifest %s: %w", final, err)
+		pm.abort()
+		return fmt.Errorf("publish: readers' manifest %s: %w", pm.final, err)
 	}
 	return nil
+}
+
+// abort removes the temporary file of a manifest that will not be placed.
+func (pm *pendingManifest) abort() {
+	if pm.tmp != "" {
+		_ = pm.c.opts.FS.Remove(pm.tmp)
+	}
 }
 
 // LatestReaderManifest reads the highest-numbered readers' manifest under

@@ -78,7 +78,10 @@
 //	        as planned (else ErrBaseMoved: replan); write the Iceberg
 //	        metadata (V as the current schema when the table is behind it,
 //	        append snapshot of the new files, summary with the
-//	        generations and epochs, expiry; attempt-unique names);
+//	        generations and epochs, expiry; attempt-unique names) and the
+//	        new version's readers' manifest under a temporary name, synced
+//	        in one round — prepared while base/state is read, and dropped
+//	        (left to orphan removal) when the state is no longer the plan's;
 //	        one Txn If ModRev(lock)=L ∧ ModRev(state)=R' ∧ ModRev(table
 //	        record)=T Then put state with version+1 and the raised
 //	        watermarks, put the record naming the new metadata; a part
@@ -86,8 +89,9 @@
 //	        ErrStalePrefix; a lost response is resolved by reading back
 //	        (exact bytes → committed; unchanged → ErrNotApplied; read fails
 //	        → ErrUnknownOutcome), never by a blind retry
-//	then    write _manifest/<version %020d>.json (files relative to the base
-//	        dir, row counts); RunOnce repairs a missing one first
+//	then    rename it to _manifest/<version %020d>.json (files relative to
+//	        the base dir, row counts) and sync the directory; RunOnce
+//	        repairs a missing one first
 //
 // A revoked lease deletes the lock, so the guard fails (ErrLockLost) and
 // nothing lands; a successor's New removes the files no live snapshot

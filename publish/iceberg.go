@@ -46,6 +46,11 @@ type baseTable struct {
 	// readers caches the paths each readers' manifest names.
 	lists   map[string][]iceberg.ManifestFile
 	readers map[string][]string
+	// snaps holds the files of the last few snapshots by snapshot id: a
+	// commit of this coordinator knows its snapshot's files (its parent's
+	// and the ones it added), so neither the readers' manifest nor the
+	// next pass's ID check reads the new manifest list back.
+	snaps []snapFiles
 	// commitsSinceSweep counts commits since the last RemoveOrphans.
 	commitsSinceSweep int
 }
@@ -61,6 +66,65 @@ func (t *baseTable) manifestList(fio icebergio.IO, snap table.Snapshot) ([]icebe
 	}
 	t.lists[snap.ManifestList] = mfs
 	return mfs, nil
+}
+
+type snapFiles struct {
+	id    int64
+	files []shardmeta.BaseFile
+}
+
+// snapCacheSize bounds snaps: the current snapshot and its parent are what
+// the next pass asks for.
+const snapCacheSize = 2
+
+func (t *baseTable) snapshotCached(id int64) ([]shardmeta.BaseFile, bool) {
+	for _, s := range t.snaps {
+		if s.id == id {
+			return s.files, true
+		}
+	}
+	return nil, false
+}
+
+func (t *baseTable) rememberSnapshot(id int64, files []shardmeta.BaseFile) {
+	t.snaps = append(t.snaps, snapFiles{id, files})
+	if len(t.snaps) > snapCacheSize {
+		t.snaps = slices.Delete(t.snaps, 0, len(t.snaps)-snapCacheSize)
+	}
+}
+
+// rememberAppend records the files of the snapshot an append commit
+// made: its parent's, when known, and the ones it added, in the form its
+// manifest holds them. Nothing is recorded when the parent's files are
+// not known or the commit made no snapshot.
+func (c *Coordinator) rememberAppend(meta table.Metadata, added []shardmeta.BaseFile) error {
+	snap := meta.CurrentSnapshot()
+	if snap == nil || snap.ParentSnapshotID == nil || len(added) == 0 {
+		return nil
+	}
+	if _, ok := c.table.snapshotCached(snap.SnapshotID); ok {
+		return nil
+	}
+	parent, ok := c.table.snapshotCached(*snap.ParentSnapshotID)
+	if !ok {
+		return nil
+	}
+	dfs, err := c.table.cat.DataFiles(meta, c.icebergFiles(added))
+	if err != nil {
+		return err
+	}
+	// In the order of the snapshot's manifest list: the new manifest
+	// first, then the parent's.
+	files := make([]shardmeta.BaseFile, 0, len(dfs)+len(parent))
+	for _, df := range dfs {
+		f, err := baseFileOf(df, c.baseLocation())
+		if err != nil {
+			return err
+		}
+		files = append(files, f)
+	}
+	c.table.rememberSnapshot(snap.SnapshotID, append(files, parent...))
+	return nil
 }
 
 // keepManifests records the manifests of every live snapshot: the cache
@@ -168,6 +232,18 @@ func tableVersion(tbl *table.Table) (uint64, error) {
 // snapshotFiles lists the data files of snap from its manifests (each
 // manifest read once per coordinator); base is the base's location.
 func (t *baseTable) snapshotFiles(ctx context.Context, tbl *table.Table, snap *table.Snapshot, base string) ([]shardmeta.BaseFile, error) {
+	if files, ok := t.snapshotCached(snap.SnapshotID); ok {
+		return files, nil
+	}
+	files, err := t.readSnapshotFiles(ctx, tbl, snap, base)
+	if err != nil {
+		return nil, err
+	}
+	t.rememberSnapshot(snap.SnapshotID, files)
+	return files, nil
+}
+
+func (t *baseTable) readSnapshotFiles(ctx context.Context, tbl *table.Table, snap *table.Snapshot, base string) ([]shardmeta.BaseFile, error) {
 	fio, err := tbl.FS(ctx)
 	if err != nil {
 		return nil, err
@@ -257,7 +333,8 @@ func (c *Coordinator) icebergFiles(files []shardmeta.BaseFile) []catalog.File {
 // of parts, a summary naming the base version and, per shard, the
 // generations and writer epochs published; the plan's schema version
 // becomes the table's current schema when it is newer.
-func (c *Coordinator) prepareAppend(ctx context.Context, plan *Plan, parts []StagedPart, version uint64) (*catalog.PreparedCommit, error) {
+func (c *Coordinator) prepareAppend(ctx context.Context, plan *Plan, parts []StagedPart, version uint64,
+	sidecar func(string, table.Metadata) (string, []byte, error)) (*catalog.PreparedCommit, error) {
 	var files []shardmeta.BaseFile
 	var prov []catalog.Provenance
 	for _, p := range parts {
@@ -275,7 +352,7 @@ func (c *Coordinator) prepareAppend(ctx context.Context, plan *Plan, parts []Sta
 	summary[BaseVersionProperty] = v
 	p, err := c.table.cat.PrepareBaseCommit(ctx, c.table.ident, catalog.BaseCommit{Files: c.icebergFiles(files), Summary: summary,
 		Properties: iceberg.Properties{BaseVersionProperty: v}, Retention: c.opts.SnapshotRetention,
-		Schema: plan.passSchema().catalogVersion()})
+		Schema: plan.passSchema().catalogVersion(), Sidecar: sidecar})
 	if err != nil {
 		return nil, fmt.Errorf("publish: Iceberg metadata of base version %d: %w", version, err)
 	}

@@ -3,6 +3,8 @@ package publish
 import (
 	"context"
 	"errors"
+	"fmt"
+	"reflect"
 	"testing"
 )
 
@@ -101,4 +103,50 @@ func (e *env) wantOneSide(committed bool, last uint64) {
 		e.t.Fatalf("before the commit: state v%d watermark %d, table snapshot %v; want v0, watermark 0, no snapshot",
 			st.Version, w, tbl.CurrentSnapshot() != nil)
 	}
+}
+
+// TestCommitKnowsItsSnapshotFiles: the files a commit records for its new
+// snapshot (its parent's and the ones it added, without reading the new
+// manifest list back) are exactly the files read from the snapshot's
+// manifests — path, rows, bytes, shard, positions and index checksum —
+// through appends on two shards, a compaction and appends after it.
+func TestCommitKnowsItsSnapshotFiles(t *testing.T) {
+	e := newEnv(t)
+	c := e.coordinator(smallCompaction)
+	check := func(step string) {
+		t.Helper()
+		tbl := e.baseTable()
+		snap := tbl.CurrentSnapshot()
+		known, ok := c.table.snapshotCached(snap.SnapshotID)
+		if !ok {
+			t.Fatalf("%s: the coordinator does not know the files of snapshot %d", step, snap.SnapshotID)
+		}
+		read, err := c.table.readSnapshotFiles(e.ctx, tbl, snap, c.baseLocation())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(known, read) {
+			t.Fatalf("%s: snapshot %d\nknown %+v\nread  %+v", step, snap.SnapshotID, known, read)
+		}
+	}
+	cursor := e.sixMerges(c)
+	check("after six merges")
+	if _, err := c.Compact(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.drainTo("s0", cursor)
+	h := e.host(false)
+	s0, s1 := e.open(h, "s0"), e.open(h, "s1")
+	for i := range 3 {
+		e.appendRows(s0, "b", i*10, 10)
+		e.appendRows(s1, "c", i*10, 10)
+		e.flush(s0)
+		e.flush(s1)
+		e.runOnce(c)
+		check(fmt.Sprintf("merge %d after the compaction", i))
+	}
+	if err := h.Close(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.wantAllIDs()
 }

@@ -420,6 +420,15 @@ func (e *env) checkBase() {
 	if tbl := e.baseTable(); m.IcebergMetadata != tbl.MetadataLocation() {
 		t.Fatalf("readers' manifest v%d names metadata %s, the catalog %s", m.Version, m.IcebergMetadata, tbl.MetadataLocation())
 	}
+	scanned := map[string]int64{}
+	for _, f := range e.baseFiles() {
+		scanned[f.Path] = f.Rows
+	}
+	for _, f := range m.Files {
+		if rows, ok := scanned[f.Path]; !ok || rows != f.Rows {
+			t.Fatalf("readers' manifest v%d names %s (%d rows); a scan of the table plans it: %v (%d rows)", m.Version, f.Path, f.Rows, ok, rows)
+		}
+	}
 	if e.mem != nil || e.store != nil {
 		return // the base is in this process's memory only, or in a store (its tests read it back themselves)
 	}

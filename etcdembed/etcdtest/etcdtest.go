@@ -38,8 +38,10 @@ func (s *Shared) Start() (*etcdembed.Server, error) {
 		defer cancel()
 		// No fsync: a test's etcd never outlives a machine crash, and many
 		// tests on two cores otherwise wait on its disk more than on
-		// their own work.
-		s.srv, s.err = etcdembed.Start(ctx, etcdembed.Options{Dir: s.dir, UnsafeNoFsync: true})
+		// their own work. A benchmark of what production waits for sets
+		// ROLLWAL_BENCH_ETCD_FSYNC=1.
+		noFsync := os.Getenv("ROLLWAL_BENCH_ETCD_FSYNC") == ""
+		s.srv, s.err = etcdembed.Start(ctx, etcdembed.Options{Dir: s.dir, UnsafeNoFsync: noFsync})
 	})
 	return s.srv, s.err
 }
