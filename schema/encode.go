@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"unsafe"
 
 	"github.com/rollwal/rollwal/errs"
 )
@@ -143,7 +144,37 @@ func (d *decoder) bytes(n uint64, what string) []byte {
 	return b
 }
 
-func (d *decoder) str(what string) string { return string(d.bytes(d.uvarint(what), what)) }
+// strs appends n length-prefixed strings to dst. The strings share one
+// allocation, a copy of exactly their bytes: a batch's values of one
+// column are decoded, kept and dropped together, and one allocation per
+// value was most of a replay's decode.
+func (d *decoder) strs(dst []string, n int, what string) []string {
+	if d.err != nil || n == 0 {
+		return dst
+	}
+	probe := decoder{buf: d.buf}
+	total := 0
+	for i := 0; i < n && probe.err == nil; i++ {
+		total += len(probe.bytes(probe.uvarint(what), what))
+	}
+	if probe.err != nil {
+		d.err = probe.err
+		return dst
+	}
+	arena := make([]byte, 0, total)
+	for range n {
+		b := d.bytes(d.uvarint(what), what)
+		if len(b) == 0 {
+			dst = append(dst, "")
+			continue
+		}
+		start := len(arena)
+		arena = append(arena, b...)
+		// arena is never written again where a string points.
+		dst = append(dst, unsafe.String(&arena[start], len(b)))
+	}
+	return dst
+}
 
 func (d *decoder) bitmap(n int, what string) []bool {
 	raw := d.bytes(uint64((n+7)/8), what)
@@ -175,9 +206,7 @@ func (s *Schema) Decode(data []byte) (*Batch, error) {
 	}
 	n := int(rows)
 	b := s.NewBatch(n)
-	for i := 0; i < n && d.err == nil; i++ {
-		b.IDs = append(b.IDs, d.str("id"))
-	}
+	b.IDs = d.strs(b.IDs, n, "id")
 	for c := range s.Columns {
 		d.vector(&b.Cols[c], n, s.Columns[c])
 	}
@@ -213,9 +242,7 @@ func (d *decoder) vector(v *Vector, n int, col Column) {
 	}
 	switch col.Type {
 	case String, JSON, Binary:
-		for i := 0; i < n && d.err == nil; i++ {
-			v.Str = append(v.Str, d.str("string value"))
-		}
+		v.Str = d.strs(v.Str, n, "string value")
 	case Int64, Timestamp:
 		raw := d.bytes(uint64(n)*8, "int64 values")
 		for i := 0; raw != nil && i < n; i++ {
