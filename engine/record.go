@@ -73,7 +73,7 @@ var errBadMeta = errors.New("engine: bad record meta")
 // the schema version they were written with, checked against the
 // positions the header covers.
 func DecodeRecord(schemas SchemaLookup, h wal.Header, payload []byte) (RecordMeta, *schema.Batch, error) {
-	m, b, err := decodeRecord(schemas, h.Kind, payload)
+	m, b, err := decodeRecord(schemas, h.Kind, payload, false)
 	if err != nil {
 		return m, nil, err
 	}
@@ -84,8 +84,9 @@ func DecodeRecord(schemas SchemaLookup, h wal.Header, payload []byte) (RecordMet
 }
 
 // decodeRecord splits a WAL payload of the given kind into its meta and
-// its batch.
-func decodeRecord(schemas SchemaLookup, kind uint8, payload []byte) (RecordMeta, *schema.Batch, error) {
+// its batch; with borrow the batch's strings point into payload (see
+// schema.DecodeBorrowed).
+func decodeRecord(schemas SchemaLookup, kind uint8, payload []byte, borrow bool) (RecordMeta, *schema.Batch, error) {
 	var m RecordMeta
 	version := 1
 	switch kind {
@@ -111,7 +112,11 @@ func decodeRecord(schemas SchemaLookup, kind uint8, payload []byte) (RecordMeta,
 	if err != nil {
 		return m, nil, err
 	}
-	b, err := sch.Decode(payload)
+	decode := sch.Decode
+	if borrow {
+		decode = sch.DecodeBorrowed
+	}
+	b, err := decode(payload)
 	return m, b, err
 }
 

@@ -48,7 +48,7 @@ func TestRecordNamesItsSchemaVersion(t *testing.T) {
 		if kind != tc.wantKind {
 			t.Fatalf("%+v: kind %d, want %d", tc.meta, kind, tc.wantKind)
 		}
-		m, got, err := decodeRecord(lookup, kind, payload)
+		m, got, err := decodeRecord(lookup, kind, payload, false)
 		if err != nil || got.Schema != tc.sch || m.Source != tc.meta.Source || max(m.SchemaVersion, 1) != max(tc.meta.SchemaVersion, 1) {
 			t.Fatalf("%+v: decoded %+v, %v", tc.meta, m, err)
 		}
@@ -56,7 +56,7 @@ func TestRecordNamesItsSchemaVersion(t *testing.T) {
 	for _, v := range []uint64{0, 1, 3, maxSchemaVersion + 1} {
 		payload := binary.AppendUvarint(nil, v)
 		payload = appendMeta(payload, RecordMeta{})
-		if _, _, err := decodeRecord(lookup, kindVersionedBatch, payload); err == nil {
+		if _, _, err := decodeRecord(lookup, kindVersionedBatch, payload, false); err == nil {
 			t.Errorf("a record of version %d decoded", v)
 		}
 	}

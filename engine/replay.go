@@ -66,7 +66,9 @@ func (s *Shard) replay(ctx context.Context, from, to uint64) (int, error) {
 			return fmt.Errorf("%w: record at position %d (epoch %d) overlaps position %d already replayed", ErrReplay, h.FirstPos, h.Epoch, last)
 		}
 		last = h.FirstPos + uint64(h.Count) - 1
-		meta, b, err := decodeRecord(s.schemaLookup(ctx), h.Kind, payload)
+		// Borrowed: the memtable copies every string it keeps before the
+		// WAL reuses payload for the next record.
+		meta, b, err := decodeRecord(s.schemaLookup(ctx), h.Kind, payload, true)
 		if err == nil {
 			b, err = s.inSetSchema(b)
 		}

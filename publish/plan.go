@@ -125,7 +125,7 @@ func (c *Coordinator) Plan(ctx context.Context) (*Plan, error) {
 	for _, name := range shards {
 		m, _, err := c.store.Load(ctx, name)
 		if err != nil {
-			return nil, fmt.Errorf("%w: shard %q: %w", ErrInvalidState, name, err)
+			return nil, manifestErr(name, err)
 		}
 		ms, had := st.Shards[name]
 		sp, nms, err := c.planShard(name, m, ms, had)
@@ -378,6 +378,16 @@ func (c *Coordinator) readRaw(ctx context.Context) ([]byte, int64, error) {
 		return nil, 0, nil
 	}
 	return resp.Kvs[0].Value, resp.Kvs[0].ModRevision, nil
+}
+
+// manifestErr names the shard whose manifest could not be loaded, and
+// marks a refused one (malformed) as ErrInvalidState; an etcd that did not
+// answer is not damage, and the next pass tries again.
+func manifestErr(shard string, err error) error {
+	if errors.Is(err, shardmeta.ErrInvalidManifest) {
+		return fmt.Errorf("%w: shard %q: %w", ErrInvalidState, shard, err)
+	}
+	return fmt.Errorf("publish: shard %q: %w", shard, err)
 }
 
 // stateErr marks a refused stored base state as ErrInvalidState.

@@ -6,7 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/rollwal/rollwal/engine"
 	"github.com/rollwal/rollwal/shardmeta"
@@ -365,6 +369,54 @@ func TestShardRewrittenBehindPlanIsRejected(t *testing.T) {
 	e.putManifest("s0", orig)
 	if r := e.runOnce(c); r.RowsStaged != 20 {
 		t.Fatalf("pass after the restore staged %d rows, want 20", r.RowsStaged)
+	}
+	e.wantAllIDs()
+}
+
+// failingManifestReads is an etcd KV whose reads of shard manifests fail
+// as a timed-out request does.
+type failingManifestReads struct {
+	clientv3.KV
+	fail *atomic.Bool
+}
+
+func (f failingManifestReads) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if f.fail.Load() && strings.HasSuffix(key, "/manifest") && strings.Contains(key, "/shards/") {
+		return nil, context.DeadlineExceeded
+	}
+	return f.KV.Get(ctx, key, opts...)
+}
+
+// TestPlanTimeoutIsNotDamage: a shard manifest that cannot be read because
+// etcd did not answer in time fails the plan with that error, not as
+// ErrInvalidState (which merge --every takes for damage and stops on, as
+// the soak saw when etcd stalled); the next pass merges. A manifest that
+// is there and malformed is still ErrInvalidState (TestMalformedOrRegressingEpochFailsClosed).
+func TestPlanTimeoutIsNotDamage(t *testing.T) {
+	e := newEnv(t)
+	h := e.host(false)
+	s := e.open(h, "s0")
+	e.appendRows(s, "a", 0, 10)
+	e.flush(s)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: etcdClient.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	fail := &atomic.Bool{}
+	cli.KV = failingManifestReads{KV: cli.KV, fail: fail}
+	c := e.coordinator(func(o *Options) { o.Etcd = cli })
+	fail.Store(true)
+	_, err = c.Plan(e.ctx)
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrInvalidState) {
+		t.Fatalf("plan with the shard manifest unreadable: %v; want the deadline, not ErrInvalidState", err)
+	}
+	fail.Store(false)
+	if r := e.runOnce(c); r.RowsStaged != 10 {
+		t.Fatalf("the next pass staged %d rows, want 10", r.RowsStaged)
+	}
+	if err := h.Close(e.ctx); err != nil {
+		t.Fatal(err)
 	}
 	e.wantAllIDs()
 }

@@ -110,6 +110,8 @@ func (v *Vector) encode(dst []byte, n int) []byte {
 type decoder struct {
 	buf []byte
 	err error
+	// borrow: strings point into buf (DecodeBorrowed) instead of copies.
+	borrow bool
 }
 
 func (d *decoder) fail(format string, args ...any) {
@@ -161,6 +163,16 @@ func (d *decoder) strs(dst []string, n int, what string) []string {
 		d.err = probe.err
 		return dst
 	}
+	if d.borrow {
+		for range n {
+			if b := d.bytes(d.uvarint(what), what); len(b) > 0 {
+				dst = append(dst, unsafe.String(&b[0], len(b)))
+			} else {
+				dst = append(dst, "")
+			}
+		}
+		return dst
+	}
 	arena := make([]byte, 0, total)
 	for range n {
 		b := d.bytes(d.uvarint(what), what)
@@ -190,7 +202,19 @@ func (d *decoder) bitmap(n int, what string) []bool {
 
 // Decode parses a payload written by Encode for this schema.
 func (s *Schema) Decode(data []byte) (*Batch, error) {
-	d := &decoder{buf: data}
+	return s.decode(&decoder{buf: data})
+}
+
+// DecodeBorrowed is Decode without copying string values: the batch's
+// strings (ids, string, JSON and binary values) point into data, so they
+// are valid only while data is and data must not change meanwhile. For a
+// caller that copies what it keeps before it reuses data — the engine's
+// replay, whose memtable copies every string into its own arena.
+func (s *Schema) DecodeBorrowed(data []byte) (*Batch, error) {
+	return s.decode(&decoder{buf: data, borrow: true})
+}
+
+func (s *Schema) decode(d *decoder) (*Batch, error) {
 	rows := d.uvarint("row count")
 	cols := d.uvarint("column count")
 	if d.err != nil {

@@ -207,3 +207,42 @@ func FuzzBatchDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestDecodeCopiesDecodeBorrowedDoesNot: Decode's strings are its own (the
+// payload may be overwritten after, as the WAL reuses its read buffer);
+// DecodeBorrowed's point into the payload and change with it. Both decode
+// the same values.
+func TestDecodeCopiesDecodeBorrowedDoesNot(t *testing.T) {
+	s := mustNew(t, []Column{{Name: "s", Type: String, Nullable: true}, {Name: "j", Type: JSON}, {Name: "n", Type: Int64}})
+	rows := []Row{{"id": "r1", "s": "alpha", "j": `{"k":1}`, "n": int64(1)}, {"id": "r2", "j": "[]", "n": int64(2)},
+		{"id": "r3", "s": "", "j": `"x"`, "n": int64(3)}}
+	b, err := s.Build(rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := b.Encode(nil)
+	owned, err := s.Decode(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	borrowed, err := s.DecodeBorrowed(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for c := range s.Columns {
+		for i := range rows {
+			if want := b.Value(c, i); !reflect.DeepEqual(owned.Value(c, i), want) || !reflect.DeepEqual(borrowed.Value(c, i), want) {
+				t.Fatalf("row %d col %d: Decode %v, DecodeBorrowed %v, want %v", i, c, owned.Value(c, i), borrowed.Value(c, i), want)
+			}
+		}
+	}
+	for i := range payload {
+		payload[i] = '#'
+	}
+	if owned.IDs[0] != "r1" || owned.Value(0, 0) != "alpha" || owned.Value(1, 0) != `{"k":1}` {
+		t.Fatalf("Decode's values changed with the payload: %q %v %v", owned.IDs[0], owned.Value(0, 0), owned.Value(1, 0))
+	}
+	if borrowed.IDs[0] != "##" || borrowed.Value(0, 0) != "#####" {
+		t.Fatalf("DecodeBorrowed's values do not point into the payload: %q %v", borrowed.IDs[0], borrowed.Value(0, 0))
+	}
+}
