@@ -30,8 +30,9 @@ import (
 // floor-end (the floor again: floor-drift is its rows/s over the first
 // floor's; beyond ±10% the run was disturbed). The rollwal row carries
 // x-floor, x-floor-prezeroed and x-<peer>, its rows/s over theirs, and
-// lat-vs-floor, its p50 acknowledgement latency over the floor's (the
-// sync-each target is ≤ 1.1). b.N counts rows.
+// lat-vs-floor and lat-vs-floor-prezeroed, its p50 acknowledgement
+// latency over the floors' (the sync-each targets are ≤ 1.1). b.N counts
+// rows.
 //
 // The peers, each with its defaults and its own durability per call:
 //
@@ -67,6 +68,7 @@ func BenchmarkWALAppend(b *testing.B) {
 					ratio(b, "x-"+name, r.rows, peers[name].rows)
 				}
 				ratio(b, "lat-vs-floor", r.p50, floor.p50)
+				ratio(b, "lat-vs-floor-prezeroed", r.p50, prezeroed.p50)
 			})
 			b.Run("floor-end", func(b *testing.B) {
 				r := runFloor(b, dir, c.perSync, floorAppend)
