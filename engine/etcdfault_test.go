@@ -112,6 +112,12 @@ func TestEtcdFaultsCostLatencyNotCorrectness(t *testing.T) {
 	phase("with the leader killed")
 	mustDo(t, cl.Restart(leader))
 	phase("after the old leader restarted")
+	// A follower of the leader now: the kill elected a new one, which may
+	// be the member after the old leader (pausing it would be a leader
+	// loss, which the lease may not outlive).
+	if leader, err = cl.Leader(ctx); err != nil {
+		t.Fatal(err)
+	}
 	follower := (leader + 1) % 3
 	mustDo(t, cl.Pause(follower))
 	phase("with a follower paused")
