@@ -76,7 +76,7 @@ func (c *Coordinator) Commit(ctx context.Context, s *Staged) error {
 	// hold before the transaction, neither needs the other.
 	shardsErr := make(chan error, 1)
 	go func() { shardsErr <- c.checkShardsUnchanged(ctx, s.Plan, todo) }()
-	tc, pm, err := ahead.take(ctx, todo, next)
+	tc, pm, err := ahead.take(ctx, todo, next.Version)
 	if serr := <-shardsErr; serr != nil {
 		if pm != nil {
 			pm.abort()
@@ -158,23 +158,23 @@ func (c *Coordinator) prepareAhead(ctx context.Context, s *Staged) *preparedAhea
 		close(a.done)
 		return a
 	}
-	next := &shardmeta.BaseState{Version: s.Plan.BaseVersion + 1}
 	go func() {
 		defer close(a.done)
-		a.tc, a.pm, a.err = c.prepareCommit(ctx, s.Plan, s.Parts, next)
+		a.tc, a.pm, a.err = c.prepareCommit(ctx, s.Plan, s.Parts, s.Plan.BaseVersion+1)
 	}()
 	return a
 }
 
-// take returns the commit of todo as base version next: the one prepared
-// ahead when it is that, else a new one.
-func (a *preparedAhead) take(ctx context.Context, todo []StagedPart, next *shardmeta.BaseState) (*catalog.PreparedCommit, *pendingManifest, error) {
+// take returns the commit of todo as base version version: the one
+// prepared ahead when it is that (todo is a subsequence of the staged
+// parts, so the same length is the same parts), else a new one.
+func (a *preparedAhead) take(ctx context.Context, todo []StagedPart, version uint64) (*catalog.PreparedCommit, *pendingManifest, error) {
 	<-a.done
-	if len(todo) == len(a.parts) && next.Version == a.plan.BaseVersion+1 {
+	if len(todo) == len(a.parts) && version == a.plan.BaseVersion+1 {
 		return a.tc, a.pm, a.err
 	}
 	a.discard()
-	return a.c.prepareCommit(ctx, a.plan, todo, next)
+	return a.c.prepareCommit(ctx, a.plan, todo, version)
 }
 
 // discard waits for the commit prepared ahead and drops it.
@@ -186,10 +186,10 @@ func (a *preparedAhead) discard() {
 }
 
 // prepareCommit writes the Iceberg metadata of the commit of parts as base
-// version next, and next's readers' manifest from it as pending: synced
+// version version, and that version's readers' manifest as pending: synced
 // under a temporary name together with the metadata files (a local base),
 // renamed into place only once the transaction applied.
-func (c *Coordinator) prepareCommit(ctx context.Context, plan *Plan, parts []StagedPart, next *shardmeta.BaseState) (*catalog.PreparedCommit, *pendingManifest, error) {
+func (c *Coordinator) prepareCommit(ctx context.Context, plan *Plan, parts []StagedPart, version uint64) (*catalog.PreparedCommit, *pendingManifest, error) {
 	var added []shardmeta.BaseFile
 	for _, p := range parts {
 		added = append(added, p.Files...)
@@ -202,7 +202,7 @@ func (c *Coordinator) prepareCommit(ctx context.Context, plan *Plan, parts []Sta
 		if err := c.rememberAppend(meta, added); err != nil {
 			c.log.Warn("the files of the new snapshot are read back instead", "metadata", loc, "err", err)
 		}
-		return c.newPendingManifest(ctx, next.Version, c.table.cat.TableAt(c.table.ident, meta, loc))
+		return c.newPendingManifest(ctx, version, c.table.cat.TableAt(c.table.ident, meta, loc))
 	}
 	var sidecar func(string, table.Metadata) (string, []byte, error)
 	if c.opts.Store == nil {
@@ -213,7 +213,7 @@ func (c *Coordinator) prepareCommit(ctx context.Context, plan *Plan, parts []Sta
 			return pm.tmp, pm.data, nil
 		}
 	}
-	tc, err := c.prepareAppend(ctx, plan, parts, next.Version, sidecar)
+	tc, err := c.prepareAppend(ctx, plan, parts, version, sidecar)
 	if err != nil {
 		if pm != nil {
 			pm.abort()

@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -147,43 +148,35 @@ func (d *decoder) bytes(n uint64, what string) []byte {
 }
 
 // strs appends n length-prefixed strings to dst. The strings share one
-// allocation, a copy of exactly their bytes: a batch's values of one
-// column are decoded, kept and dropped together, and one allocation per
-// value was most of a replay's decode.
+// allocation, a copy of their run of the payload (their bytes and their
+// length prefixes): a batch's values of one column are decoded, kept and
+// dropped together, and one allocation per value was most of a replay's
+// decode. With borrow they point into the payload itself.
 func (d *decoder) strs(dst []string, n int, what string) []string {
 	if d.err != nil || n == 0 {
 		return dst
 	}
 	probe := decoder{buf: d.buf}
-	total := 0
 	for i := 0; i < n && probe.err == nil; i++ {
-		total += len(probe.bytes(probe.uvarint(what), what))
+		probe.bytes(probe.uvarint(what), what)
 	}
 	if probe.err != nil {
 		d.err = probe.err
 		return dst
 	}
-	if d.borrow {
-		for range n {
-			if b := d.bytes(d.uvarint(what), what); len(b) > 0 {
-				dst = append(dst, unsafe.String(&b[0], len(b)))
-			} else {
-				dst = append(dst, "")
-			}
-		}
-		return dst
+	run := d.buf[:len(d.buf)-len(probe.buf)]
+	d.buf = probe.buf
+	if !d.borrow {
+		run = bytes.Clone(run)
 	}
-	arena := make([]byte, 0, total)
+	// run is never written again where a string points.
+	r := decoder{buf: run}
 	for range n {
-		b := d.bytes(d.uvarint(what), what)
-		if len(b) == 0 {
+		if b := r.bytes(r.uvarint(what), what); len(b) > 0 {
+			dst = append(dst, unsafe.String(&b[0], len(b)))
+		} else {
 			dst = append(dst, "")
-			continue
 		}
-		start := len(arena)
-		arena = append(arena, b...)
-		// arena is never written again where a string points.
-		dst = append(dst, unsafe.String(&arena[start], len(b)))
 	}
 	return dst
 }
