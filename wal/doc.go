@@ -13,7 +13,7 @@
 //
 // A writer that has claimed epoch E opens the shard's directory with
 // Open(Options{Dir, Epoch: E, ...}). Open scans every segment of every
-// epoch, repairs a torn tail of E's own, syncs what it found, and creates a
+// epoch (sealed ones by their headers), repairs a torn tail of E's own, syncs what it found, and creates a
 // fresh segment for E; it never appends to an existing file, nor modifies
 // another epoch's. Tail() is then the highest position Open found (0 for
 // an empty log) and the writer's first Append gets Tail()+1.
@@ -135,9 +135,15 @@
 //
 // # Corruption policy
 //
-// Open reads every segment from the start. At the first bytes that are
-// not a valid record (short, wrong epoch, length out of range, or a
-// CRC mismatch) it looks at the rest of the file:
+// Open reads each epoch's last segment from the start, record by record
+// with every CRC. A sealed segment (any other: synced before the next was
+// created, never written again) it walks by its headers, checking their
+// fields, the positions and its last record's CRC, but not every
+// payload's CRC, which Replay checks (and wal.Scan, `writer wal verify`);
+// if anything in that walk is amiss, it reads the segment in full as
+// below, so damage is judged the same in every segment. At the first
+// bytes that are not a valid record (short, wrong epoch, length out of
+// range, or a CRC mismatch) it looks at the rest of the file:
 //
 //   - only zeros, or nothing: the end of data (the reserved rest of the
 //     segment);
@@ -166,8 +172,9 @@
 // of one epoch whose positions are not dense and increasing across
 // records and segments, are refused too. A refusal is a *CorruptionError
 // naming the segment and byte offset; it satisfies
-// errors.Is(err, ErrCorruption). Replay checks every CRC again, and reports
-// damage to what Open found the same way. Past what Open found in another
+// errors.Is(err, ErrCorruption). Replay checks every CRC, and reports
+// damage to what Open found the same way: a damaged payload in a sealed
+// segment is refused when Replay reads it, not by Open. Past what Open found in another
 // epoch's last segment, and in segments another epoch started since Open,
 // Replay returns records while they are whole and continue the epoch's
 // positions, and stops reading that epoch at the first bytes that do not:

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 )
 
-// recover scans every segment, epoch by epoch, checks that each epoch's
+// recover scans every segment (sealed ones by their headers), epoch by epoch, checks that each epoch's
 // positions are dense, repairs the torn tail of this epoch's last segment
 // and sets the tail. The last segment of every other epoch is left as it
 // is (see recoverSegment). On return every record found is durable: each
@@ -43,7 +43,7 @@ func (w *WAL) recover(segs []*segment) error {
 // tail, or a hole an older build's truncation left, is the end of its data
 // for now, and is logged.
 func (w *WAL) recoverSegment(s *segment, next uint64, lastOfEpoch bool) error {
-	res, size, err := w.scanFile(s, next)
+	res, size, err := w.scanFile(s, next, !lastOfEpoch)
 	if err != nil {
 		return err
 	}
@@ -77,9 +77,11 @@ func (w *WAL) recoverSegment(s *segment, next uint64, lastOfEpoch bool) error {
 }
 
 // scanFile scans segment s, recording its position range and checking
-// that records continue from next (when non-zero) without gaps. It returns
-// the scan result and the file's size.
-func (w *WAL) scanFile(s *segment, next uint64) (scanResult, int64, error) {
+// that records continue from next (when non-zero) without gaps. A sealed
+// segment is walked by its headers (walkSealed) and scanned in full only
+// when the walk finds something amiss, so that damage is judged as in any
+// other segment. It returns the scan result and the file's size.
+func (w *WAL) scanFile(s *segment, next uint64, sealed bool) (scanResult, int64, error) {
 	f, err := w.fs.Open(filepath.Join(w.dir, s.name))
 	if err != nil {
 		return scanResult{}, 0, err
@@ -89,7 +91,23 @@ func (w *WAL) scanFile(s *segment, next uint64) (scanResult, int64, error) {
 	if err != nil {
 		return scanResult{}, 0, err
 	}
-	res, err := scanSegment(f, info.Size(), s.name, s.epoch, func(h recordHeader, off int64) error {
+	if sealed {
+		walked := *s
+		end, ok, err := walkSealed(f, info.Size(), s.epoch, positionCheck(&walked, next))
+		if err != nil || ok {
+			*s = walked
+			return scanResult{end: end}, info.Size(), err
+		}
+	}
+	res, err := scanSegment(f, info.Size(), s.name, s.epoch, positionCheck(s, next))
+	return res, info.Size(), err
+}
+
+// positionCheck returns a visit for a scan of s that records its position
+// range and refuses a record that does not continue from next (when
+// non-zero).
+func positionCheck(s *segment, next uint64) func(h recordHeader, off int64) error {
+	return func(h recordHeader, off int64) error {
 		if next != 0 && h.FirstPos != next {
 			return &CorruptionError{Segment: s.name, Offset: off,
 				Err: fmt.Errorf("%w: record of epoch %d starts at position %d, expected %d", errGap, s.epoch, h.FirstPos, next)}
@@ -100,8 +118,7 @@ func (w *WAL) scanFile(s *segment, next uint64) (scanResult, int64, error) {
 		s.last = h.lastPos()
 		next = s.last + 1
 		return nil
-	})
-	return res, info.Size(), err
+	}
 }
 
 // truncateAndSync cuts the segment to its valid records, when something

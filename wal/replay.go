@@ -25,7 +25,8 @@ import (
 // gets to them: a zombie may have appended records, or started segments,
 // since Open, and those records are returned too, up to the first bytes
 // past what Open found that are not (or not yet) a whole record continuing
-// the epoch's positions. Every CRC is checked again.
+// the epoch's positions. Every CRC is checked: Open checked only the
+// last record's of each sealed segment.
 func (w *WAL) Replay(from, to uint64, fn func(h Header, payload []byte) error) (err error) {
 	if from >= to {
 		return nil

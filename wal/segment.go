@@ -40,6 +40,9 @@ type window struct {
 	size int64 // bytes of the file that may be read
 	buf  []byte
 	off  int64 // file offset of buf[0]
+	// small makes a read past the buffer fetch only what was asked for,
+	// not readAhead: a walk over headers that skips big payloads.
+	small bool
 }
 
 // at returns the n bytes at off, or fewer where size ends first.
@@ -48,7 +51,11 @@ func (w *window) at(off int64, n int) ([]byte, error) {
 	if off >= w.off && off+int64(n) <= w.off+int64(len(w.buf)) {
 		return w.buf[off-w.off:][:n], nil
 	}
-	want := int(min(int64(max(n, readAhead)), w.size-off))
+	ahead := readAhead
+	if w.small {
+		ahead = n
+	}
+	want := int(min(int64(max(n, ahead)), w.size-off))
 	w.buf = grow(w.buf, want)
 	got, err := w.r.ReadAt(w.buf, off)
 	if err != nil && !(errors.Is(err, io.EOF) && got == want) {
@@ -122,6 +129,66 @@ func scanSegment(r io.ReaderAt, size int64, name string, epoch uint64,
 		off += h.size()
 	}
 	return scanResult{end: off}, nil
+}
+
+// bigRecord is the record size from which walkSealed reads only the next
+// header rather than a readAhead window: past it, skipping the payload
+// saves more copying than the extra read costs.
+const bigRecord = 32 << 10
+
+// walkSealed reads a sealed segment (one that is not the last of its
+// epoch, synced before the next was created and never written again) by
+// its headers: every header's fields are checked, and visit judges the
+// positions, but only the last record's CRC is computed, and payloads of
+// big records are not read. Replay checks the CRC of every record it
+// returns. ok is false, with no error, when anything is amiss: the bytes
+// after the records are not all zeros, a header is bad, visit refused a
+// record, or the last record's CRC fails; the caller then scans the
+// segment in full (scanSegment) to judge the damage. err is an I/O error.
+func walkSealed(r io.ReaderAt, size int64, epoch uint64,
+	visit func(h recordHeader, off int64) error) (end int64, ok bool, err error) {
+	// The first header alone: the records' size picks the next reads.
+	w := &window{r: r, size: size, small: true}
+	last := int64(-1)
+	for end < size {
+		b, err := w.at(end, headerSize)
+		if err != nil {
+			return 0, false, err
+		}
+		h, herr := readHeader(b, epoch, size-end)
+		if herr == nil {
+			herr = h.validate()
+		}
+		if herr != nil {
+			if zero, err := zerosTo(r, end, size); err != nil || !zero {
+				return 0, false, err
+			}
+			break
+		}
+		if visit(h, end) != nil {
+			return 0, false, nil
+		}
+		last = end
+		end += h.size()
+		w.small = h.size() >= bigRecord
+	}
+	if last < 0 {
+		return end, true, nil
+	}
+	w.small = true
+	ok, err = lastRecordVerifies(w, last, end, epoch)
+	return end, ok, err
+}
+
+// lastRecordVerifies checks the CRC of the record at [off, end): the
+// record whose positions the next segment must continue.
+func lastRecordVerifies(w *window, off, end int64, epoch uint64) (bool, error) {
+	b, err := w.at(off, int(end-off))
+	if err != nil {
+		return false, err
+	}
+	_, err = parseRecord(b, epoch)
+	return err == nil, nil
 }
 
 // classifyTail decides what the bytes from off, where a bad record starts,

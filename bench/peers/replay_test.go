@@ -23,9 +23,10 @@ import (
 //	raw-read        the rollwal segment files read sequentially, 1 MiB at
 //	                a time: the floor
 //	pebble-reader   record.Reader over the Pebble log, every record read
-//	rollwal         wal.Open (scan, CRC of every record, new segment) and
-//	                Replay(0, Tail) (read and CRC again, hand each payload
-//	                to the callback)
+//	rollwal         wal.Open (sealed segments walked by their headers, the
+//	                last segment read whole, a new segment) and
+//	                Replay(0, Tail) (read, CRC, hand each payload to the
+//	                callback)
 //	rollwal-decode  the same, and each payload decoded into a schema.Batch,
 //	                as the engine does before refilling the memtable
 //	                (rec=batch64 only)
