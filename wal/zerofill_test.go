@@ -127,6 +127,9 @@ type sizeWatch struct {
 	sizeSyncs  int // fsyncs with records and a size change
 	dataSyncs  int // fsyncs with records
 	grownWrite int // record writes past the file's size
+	// maxFill is the most zeros written between two fsyncs of a file
+	// after its first record: the longest fill on an append's path.
+	maxFill int64
 }
 
 type watchedFile struct {
@@ -134,6 +137,8 @@ type watchedFile struct {
 	w          *sizeWatch
 	syncedSize int64
 	records    bool
+	anyRecord  bool  // a record was ever written
+	zeros      int64 // zero bytes written since the last fsync
 }
 
 func (s *sizeWatch) Create(name string) (vfs.File, error) {
@@ -153,8 +158,11 @@ func (f *watchedFile) size() int64 {
 }
 
 func (f *watchedFile) WriteAt(p []byte, off int64) (int, error) {
+	if allZero(p) && f.anyRecord {
+		f.zeros += int64(len(p))
+	}
 	if !allZero(p) {
-		f.records = true
+		f.records, f.anyRecord = true, true
 		if off+int64(len(p)) > f.size() {
 			f.w.mu.Lock()
 			f.w.grownWrite++
@@ -167,6 +175,8 @@ func (f *watchedFile) WriteAt(p []byte, off int64) (int, error) {
 func (f *watchedFile) Sync() error {
 	size := f.size()
 	f.w.mu.Lock()
+	f.w.maxFill = max(f.w.maxFill, f.zeros)
+	f.zeros = 0
 	if f.records {
 		f.w.dataSyncs++
 		if size != f.syncedSize {
@@ -314,4 +324,26 @@ func replayDense(w *WAL) (map[uint64][]byte, error) {
 		return nil
 	})
 	return found, err
+}
+
+// A step larger than a fill chunk is filled ahead a chunk per round, each
+// chunk synced on its own, so that no round holds the appends waiting for
+// a whole step of zeros; the records still never go past the file's size
+// nor their fsyncs commit a size change.
+func TestZeroFillAheadInChunks(t *testing.T) {
+	watch := &sizeWatch{FS: vfs.NewStrictMem()}
+	const step = 4 * fillChunk
+	w := open(t, watch, 1, segmentSize(4*step), preallocate(step))
+	payload := bytes.Repeat([]byte("r"), 16<<10)
+	for range 2 * step / len(payload) { // two steps of records: several chunks filled ahead
+		appendSynced(t, w, 1, 1, payload)
+	}
+	mustClose(t, w)
+	if watch.maxFill == 0 || watch.maxFill > fillChunk {
+		t.Fatalf("the longest fill between fsyncs after the first record was %d bytes, want 1 to %d", watch.maxFill, fillChunk)
+	}
+	if watch.grownWrite > 0 || watch.sizeSyncs > 0 {
+		t.Fatalf("%d record writes past the size, %d of %d record fsyncs committed a size change; want none",
+			watch.grownWrite, watch.sizeSyncs, watch.dataSyncs)
+	}
 }
