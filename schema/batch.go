@@ -122,15 +122,42 @@ func (b *Batch) appendRow(i int, r Row) error {
 			return &RowError{Row: i, ID: id, Column: name, Reason: "unknown column"}
 		}
 	}
+	vals := make([]any, len(s.Columns))
+	for c := range s.Columns {
+		vals[c] = r[s.Columns[c].Name]
+	}
+	return b.appendValues(i, id, vals)
+}
+
+// AppendValues validates and appends the row of id and vals, one value per
+// schema column in schema order (nil for null or absent), exactly as
+// Append does the Row that maps the columns' names to them, without
+// building that map. vals is used as scratch: its contents are replaced.
+// After a *RowError the batch may hold part of the row: drop it.
+func (b *Batch) AppendValues(id any, vals []any) error {
+	i := b.Len()
+	if len(vals) != len(b.Schema.Columns) {
+		return fmt.Errorf("schema: append values: %d values for %d columns", len(vals), len(b.Schema.Columns))
+	}
+	sid, err := checkID(id)
+	if err != nil {
+		return &RowError{Row: i, Column: IDColumn, Reason: err.Error()}
+	}
+	return b.appendValues(i, sid, vals)
+}
+
+// appendValues appends the row of a checked id and vals, in schema order,
+// converting them in place.
+func (b *Batch) appendValues(i int, id string, vals []any) error {
+	s := b.Schema
 	// Convert every primitive column before appending any; lists and
 	// structs are converted as they are appended, and a failure there
 	// leaves the batch part-way, which Build then drops.
-	vals := make([]any, len(s.Columns))
 	for c, col := range s.Columns {
 		if !col.Type.IsPrimitive() {
 			continue
 		}
-		v, err := convert(col, r[col.Name])
+		v, err := convert(col, vals[c])
 		if err != nil {
 			return &RowError{Row: i, ID: id, Column: col.Name, Reason: err.Error()}
 		}
@@ -144,7 +171,7 @@ func (b *Batch) appendRow(i int, r Row) error {
 			b.Cols[c].push(row, vals[c])
 			continue
 		}
-		if err := appendNested(&b.Cols[c], col, row, r[col.Name], col.Name); err != nil {
+		if err := appendNested(&b.Cols[c], col, row, vals[c], col.Name); err != nil {
 			pe := err.(*pathError)
 			return &RowError{Row: i, ID: id, Column: col.Name, Path: pe.path, Reason: pe.err.Error()}
 		}

@@ -1,8 +1,10 @@
 package schema
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"strings"
@@ -244,5 +246,50 @@ func TestDecodeCopiesDecodeBorrowedDoesNot(t *testing.T) {
 	}
 	if borrowed.IDs[0] != "##" || borrowed.Value(0, 0) != "#####" {
 		t.Fatalf("DecodeBorrowed's values do not point into the payload: %q %v", borrowed.IDs[0], borrowed.Value(0, 0))
+	}
+}
+
+// AppendValues takes a row's values in schema order and judges them as
+// Append judges the Row of the same values: the same batch for good rows,
+// the same RowError for bad ones (the unknown column aside: values in
+// schema order cannot name one), and a refusal of the wrong count.
+func TestAppendValuesIsAppend(t *testing.T) {
+	s := Rollout()
+	rows := []Row{
+		{"id": "a", "prompt": "p", "completion": "c", "reward": 1.5, "metadata": `{"k":1}`},
+		{"id": "b", "prompt": "q", "completion": "d"},
+		{"id": "c", "prompt": "r", "completion": 3.0},
+		{"id": "", "prompt": "r", "completion": "e"},
+		{"id": "d", "prompt": "r", "completion": "e", "metadata": "{nope"},
+		{"prompt": "r", "completion": "e"},
+	}
+	values := func(r Row) []any {
+		vals := make([]any, len(s.Columns))
+		for c, col := range s.Columns {
+			vals[c] = r[col.Name]
+		}
+		return vals
+	}
+	byRow, byValues := s.NewBatch(0), s.NewBatch(0)
+	for i, r := range rows {
+		want := s.NewBatch(0).Append(r)
+		got := s.NewBatch(0).AppendValues(r["id"], values(r))
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("row %d: AppendValues says %v, Append %v", i, got, want)
+		}
+		if want == nil {
+			if err := byRow.Append(r); err != nil {
+				t.Fatal(err)
+			}
+			if err := byValues.AppendValues(r["id"], values(r)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if byValues.Len() != 2 || !bytes.Equal(byRow.Encode(nil), byValues.Encode(nil)) {
+		t.Fatalf("AppendValues built %d rows, another batch than Append", byValues.Len())
+	}
+	if err := byValues.AppendValues("e", make([]any, len(s.Columns)-1)); err == nil || errors.Is(err, ErrInvalidRow) {
+		t.Fatalf("one value short: %v, want a refusal that is not a row's", err)
 	}
 }

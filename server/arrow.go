@@ -15,9 +15,12 @@ import (
 	"github.com/rollwal/rollwal/schema"
 )
 
-// An Arrow stream becomes schema rows, not a columnar batch: going through
-// sh.Append lets the engine's one validation (values, nullability, lists'
-// lengths) judge Arrow and NDJSON alike. The stream's types are checked
+// An Arrow stream becomes a schema batch row by row once the whole stream
+// is read, each row's values handed to Batch.AppendValues: the one
+// validation of rows (values, nullability, lists' lengths) judges Arrow and
+// NDJSON alike, without a map per row. The batch is built after the stream
+// is read so that a stream refused for its size (errDecodedTooLarge) has
+// made its values only, not a batch of them too. The stream's types are checked
 // against the table's schema first (arrowtypes.go), so that a column of a
 // type that does not fit is refused naming both types, before any value.
 
@@ -71,16 +74,37 @@ func (e *arrowError) api() apiError {
 	return out
 }
 
-// arrowRows is a decoded stream; starts[b] is the index in rows of record
-// batch b's first row, so that errors can name the batch and row.
+// arrowRows is a decoded stream: its rows as a batch, or, when a row did
+// not validate, that row's error (invalid) and the count of rows; starts[b]
+// is the index of record batch b's first row, so that errors can name the
+// batch and row.
 type arrowRows struct {
-	rows   []schema.Row
-	starts []int
+	batch   *schema.Batch
+	n       int
+	invalid error
+	starts  []int
+
+	// While the stream is read: each row's id and values in schema
+	// order, the values of one record batch in one slice.
+	ids  []any
+	vals [][]any
+}
+
+// build validates the rows read and appends them to a batch of sc, up to
+// the first that does not validate, whose error is invalid.
+func (a *arrowRows) build(sc *schema.Schema) {
+	a.batch = sc.NewBatch(a.n)
+	for i := range a.n {
+		if a.invalid = a.batch.AppendValues(a.ids[i], a.vals[i]); a.invalid != nil {
+			break
+		}
+	}
+	a.ids, a.vals = nil, nil
 }
 
 // locate names where row i of the request came from.
 func (a *arrowRows) locate(re *schema.RowError) (apiError, bool) {
-	if re.Row < 0 || re.Row >= len(a.rows) {
+	if re.Row < 0 || re.Row >= a.n {
 		return apiError{}, false
 	}
 	b := sort.SearchInts(a.starts, re.Row+1) - 1
@@ -141,6 +165,7 @@ func decodeArrow(body io.Reader, sc *schema.Schema, mem memory.Allocator, lim ar
 	if err := checkEnd(body); err != nil {
 		return nil, err
 	}
+	out.build(sc)
 	return out, nil
 }
 
@@ -202,36 +227,45 @@ func isArrowString(t arrow.Type) bool {
 	return t == arrow.STRING || t == arrow.LARGE_STRING || t == arrow.STRING_VIEW
 }
 
-// add appends the rows of record batch b, whose columns are sc's.
+// add reads the rows of record batch b, whose columns are sc's.
 func (a *arrowRows) add(rec arrow.RecordBatch, sc *schema.Schema, vr *valueReader, b, maxRows int) error {
 	n := rec.NumRows()
-	if int64(len(a.rows))+n > int64(maxRows) {
+	if int64(a.n)+n > int64(maxRows) {
 		return &arrowError{batch: b, row: -1, err: fmt.Errorf("%w: more than %d rows in the request", errTooManyRows, maxRows)}
 	}
 	names := make([]string, rec.NumCols())
 	gets := make([]getter, rec.NumCols())
+	cols := make([]int, rec.NumCols()) // schema index; -1 for the id
 	for c, arr := range rec.Columns() {
 		names[c] = rec.ColumnName(c)
 		g, err := vr.getter(arr, columnOf(sc, names[c]), int(n))
 		if err != nil {
 			return located(err, b, -1, names[c])
 		}
-		gets[c] = g
+		gets[c], cols[c] = g, sc.Index(names[c])
 	}
-	a.starts = append(a.starts, len(a.rows))
+	a.starts = append(a.starts, a.n)
+	width := len(sc.Columns)
+	all := make([]any, int(n)*width)
 	for i := range int(n) {
-		row := make(schema.Row, len(gets))
+		var id any
+		vals := all[i*width : (i+1)*width : (i+1)*width]
 		for c, get := range gets {
 			v, err := get(i)
 			if err != nil {
 				return located(err, b, i, names[c])
 			}
-			row[names[c]] = v
+			if cols[c] < 0 {
+				id = v
+			} else {
+				vals[cols[c]] = v
+			}
 		}
-		if row[schema.IDColumn] == nil {
+		if id == nil {
 			return &arrowError{batch: b, row: i, column: schema.IDColumn, err: errors.New("id is null")}
 		}
-		a.rows = append(a.rows, row)
+		a.ids, a.vals = append(a.ids, id), append(a.vals, vals)
+		a.n++
 	}
 	return nil
 }

@@ -281,8 +281,10 @@ func TestArrowDecodeReleasesMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	mem.AssertSize(t, 0)
-	if len(got.rows) != 3 || got.rows[2]["id"] != "c" || got.rows[1]["reward"] != nil || got.rows[0]["reward"] != 0.0 {
-		t.Fatalf("decoded rows %v, want a, b, c with b's reward null", got.rows)
+	reward := schema.Rollout().Index("reward")
+	if got.invalid != nil || got.n != 3 || got.batch.Len() != 3 || got.batch.IDs[2] != "c" ||
+		got.batch.Value(reward, 1) != nil || got.batch.Value(reward, 0) != 0.0 {
+		t.Fatalf("decoded %d rows %v (%v), want a, b, c with b's reward null", got.n, rowsOf(got.batch), got.invalid)
 	}
 	if fmt.Sprint(got.starts) != "[0 2]" {
 		t.Fatalf("record batch starts %v, want [0 2]", got.starts)
@@ -329,7 +331,7 @@ func TestArrowCompressedStreams(t *testing.T) {
 	}
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	got, err := decodeArrow(bytes.NewReader(encode(cols)), schema.Rollout(), mem, limits(64<<10, 100))
-	if err != nil || len(got.rows) != 2 || got.rows[1]["prompt"] != "p b" {
+	if err != nil || got.invalid != nil || got.n != 2 || got.batch.Value(schema.Rollout().Index("prompt"), 1) != "p b" {
 		t.Fatalf("a zstd stream decoded to %v, %v; want rows a and b", got, err)
 	}
 	mem.AssertSize(t, 0) // decompressed buffers go back: the limit counts live bytes
@@ -373,5 +375,53 @@ func TestArrowLyingViewCounts(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "variadic") {
 			t.Errorf("%s: %v, want it refused naming the variadic counts", name, err)
 		}
+	}
+}
+
+// The text getter copies a column's value bytes once and slices each value
+// out of the copy: values read back right from a sliced array and from
+// each string layout, and none changes when the stream's buffers are
+// overwritten afterwards.
+func TestArrowTextValuesAreCopied(t *testing.T) {
+	want := []string{"alpha", "", "gamma", "δέλτα", "epsilon"}
+	builders := map[string]func() array.Builder{
+		"utf8":       func() array.Builder { return array.NewStringBuilder(memory.DefaultAllocator) },
+		"large_utf8": func() array.Builder { return array.NewLargeStringBuilder(memory.DefaultAllocator) },
+		"utf8_view":  func() array.Builder { return array.NewStringViewBuilder(memory.DefaultAllocator) },
+	}
+	for name, newBuilder := range builders {
+		t.Run(name, func(t *testing.T) {
+			bld := newBuilder()
+			defer bld.Release()
+			for _, s := range append([]string{"skipped", "too"}, want...) {
+				bld.(interface{ Append(string) }).Append(s)
+			}
+			whole := bld.NewArray()
+			defer whole.Release()
+			arr := array.NewSlice(whole, 2, int64(whole.Len())) // a non-zero data offset
+			defer arr.Release()
+			get, err := newValueReader(1 << 20).text(arr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for i := range want {
+				v, err := get(i)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, v.(string))
+			}
+			for _, buf := range whole.Data().Buffers() {
+				if buf != nil {
+					for k := range buf.Bytes() {
+						buf.Bytes()[k] = 'x'
+					}
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("values %q, want %q (after the stream's buffers were overwritten)", got, want)
+			}
+		})
 	}
 }

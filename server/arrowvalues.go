@@ -132,8 +132,11 @@ type stringArray interface {
 	ValidateFull() error
 }
 
-// text copies each value out, so that rows never point into the
-// allocator's buffers once the stream is released.
+// text copies the values out, so that rows never point into the
+// allocator's buffers once the stream is released: an offset-based array's
+// value bytes at once, each value a slice of that copy (one allocation per
+// column rather than per value), a view's value by value (views may repeat
+// bytes, and only what a row takes is charged).
 func (v *valueReader) text(arr arrow.Array) (getter, error) {
 	a, ok := arr.(stringArray)
 	if !ok {
@@ -142,13 +145,39 @@ func (v *valueReader) text(arr arrow.Array) (getter, error) {
 	if err := a.ValidateFull(); err != nil {
 		return nil, err
 	}
+	copied := copyValues(arr)
 	return func(i int) (any, error) {
 		s := a.Value(i)
 		if err := v.charge(int64(len(s))); err != nil {
 			return nil, err
 		}
+		if copied != nil {
+			return copied(i, len(s)), nil
+		}
 		return strings.Clone(s), nil
 	}, nil
+}
+
+// offsetArray is an array whose values lie end to end in one buffer:
+// string, large_string, binary, large_binary.
+type offsetArray interface {
+	ValueBytes() []byte
+	ValueOffset64(i int) int64
+}
+
+// copyValues copies the value bytes of an offset-based array (validated)
+// once and returns value i, of n bytes, as a slice of the copy; nil for
+// another layout.
+func copyValues(arr arrow.Array) func(i, n int) string {
+	a, ok := arr.(offsetArray)
+	if !ok || arr.Len() == 0 {
+		return nil
+	}
+	base, first := string(a.ValueBytes()), a.ValueOffset64(0)
+	return func(i, n int) string {
+		lo := a.ValueOffset64(i) - first
+		return base[lo : lo+int64(n)]
+	}
 }
 
 // jsonText reads JSON text, refusing what NDJSON refuses to store

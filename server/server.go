@@ -553,7 +553,7 @@ func (s *Server) decodeArrowBody(body io.Reader, size int64, sc *schema.Schema) 
 	if err != nil {
 		return decoded{}, err
 	}
-	return decoded{rows: a.rows, locate: a.locate}, nil
+	return decoded{batch: a.batch, n: a.n, invalid: a.invalid, locate: a.locate}, nil
 }
 
 // lineLocator names the NDJSON line of a row; lines[i] is row i's line.

@@ -9,7 +9,8 @@ import (
 )
 
 // Open walks a sealed segment by its headers and checks only its last
-// record's CRC, so a flipped byte that no header check sees (the CRC
+// record's CRC, so a flipped byte (each of the header's, a sample of the
+// payload's) that no header check sees (the CRC
 // word, the kind, the generation or the payload of any record but the
 // last) passes Open and is refused by Replay, at the same segment and
 // offset a full scan would name. Every other flipped byte, and every byte
@@ -21,6 +22,9 @@ func TestSealedSegmentDamage(t *testing.T) {
 	for v := range len(offs) - 1 {
 		start, end := offs[v], offs[v+1]
 		for k := start; k < end; k++ {
+			if k-start >= headerSize && k != end-1 && (k-start)%17 != 0 {
+				continue // every header byte, a sample of the payload's
+			}
 			b := bytes.Clone(sealed)
 			b[k] ^= 0xff
 			w, _, err := openDamaged(t, b, next)
