@@ -128,7 +128,10 @@ type Options struct {
 	// (unless one record is larger). With ZeroFill the syncer also keeps
 	// a step reserved ahead, between rounds, filling at most 1 MiB per
 	// round, so that an append rarely waits for it, and never for a
-	// whole step. A full disk
+	// whole step; a round of 256 KiB of records or more reserves its space
+	// by fallocate instead and fills nothing ahead (zeros it would
+	// overwrite at once cost more than the size change its fsync then
+	// commits). A full disk
 	// then shows as a failed reservation, before a byte of a record is
 	// written, and the WAL waits for space instead of failing (see
 	// ErrNoSpace). 0 means DefaultPreallocate; a negative value reserves

@@ -164,6 +164,7 @@ func (w *WAL) awaitRetry(d time.Duration) {
 
 // runJob writes the job's records and syncs them if asked.
 func (w *WAL) runJob(j *job) error {
+	w.bigRound = len(j.b.data) >= bigRound
 	if err := w.writeBatch(j); err != nil {
 		return err
 	}
@@ -288,18 +289,34 @@ func (w *WAL) reserve(n int64) error {
 	}
 	step := w.opts.Preallocate
 	target := min((end+step-1)/step*step, max(w.opts.SegmentSize, end))
-	if err := w.extend(w.file, target); err != nil {
+	if err := w.extend(w.file, target, w.reserveMode()); err != nil {
 		return preallocError(w.active.name, err)
 	}
 	w.aheadFull = false
 	return nil
 }
 
-// extend reserves f's space from w.allocated up to end. Zeros are not
-// synced here: the sync that makes the records durable covers them, and
-// commits the file's size once for the step.
-func (w *WAL) extend(f vfs.File, end int64) error {
-	if w.opts.PreallocateMode == Fallocate {
+// bigRound is the size of a round of records from which the syncer
+// reserves space by fallocate even with ZeroFill, and fills nothing ahead:
+// zeros written to be overwritten at once cost a second write of every
+// byte, while the size change an fsync then commits is small beside the
+// round's own data. Smaller rounds are where zeros pay: their fsyncs are
+// short, and a size change a large part of them.
+const bigRound = 256 << 10
+
+// reserveMode is how reserve takes space for the round being written.
+func (w *WAL) reserveMode() Preallocation {
+	if w.bigRound {
+		return Fallocate
+	}
+	return w.opts.PreallocateMode
+}
+
+// extend reserves f's space from w.allocated up to end, as mode says.
+// Zeros are not synced here: the sync that makes the records durable
+// covers them, and commits the file's size once for the step.
+func (w *WAL) extend(f vfs.File, end int64, mode Preallocation) error {
+	if mode == Fallocate {
 		if err := f.Preallocate(w.allocated, end-w.allocated); err != nil {
 			return err
 		}
@@ -345,12 +362,12 @@ const fillChunk = 1 << 20
 // (see ErrNoSpace); an attempt waits until then.
 func (w *WAL) fillAhead() error {
 	step := w.opts.Preallocate
-	if w.opts.PreallocateMode != ZeroFill || step <= 0 || w.file == nil || w.aheadFull ||
+	if w.opts.PreallocateMode != ZeroFill || step <= 0 || w.file == nil || w.aheadFull || w.bigRound ||
 		w.allocated >= w.opts.SegmentSize || w.allocated-w.fileSize >= step {
 		return nil
 	}
 	target := min(w.allocated+min(step, fillChunk), w.opts.SegmentSize)
-	if err := w.extend(w.file, target); err != nil {
+	if err := w.extend(w.file, target, ZeroFill); err != nil {
 		if errors.Is(err, syscall.ENOSPC) {
 			w.aheadFull = true
 			return nil
@@ -490,7 +507,7 @@ func (w *WAL) createSegment(index uint64) (*segment, vfs.File, error) {
 func (w *WAL) reserveFirst(f vfs.File) error {
 	w.allocated, w.aheadFull = 0, false
 	if n := w.firstStep(); n > 0 {
-		return w.extend(f, n)
+		return w.extend(f, n, w.opts.PreallocateMode)
 	}
 	return nil
 }

@@ -130,6 +130,9 @@ type sizeWatch struct {
 	// maxFill is the most zeros written between two fsyncs of a file
 	// after its first record: the longest fill on an append's path.
 	maxFill int64
+	// zerosAfter counts the zeros written to files after their first
+	// record.
+	zerosAfter int64
 }
 
 type watchedFile struct {
@@ -160,6 +163,9 @@ func (f *watchedFile) size() int64 {
 func (f *watchedFile) WriteAt(p []byte, off int64) (int, error) {
 	if allZero(p) && f.anyRecord {
 		f.zeros += int64(len(p))
+		f.w.mu.Lock()
+		f.w.zerosAfter += int64(len(p))
+		f.w.mu.Unlock()
 	}
 	if !allZero(p) {
 		f.records, f.anyRecord = true, true
@@ -345,5 +351,31 @@ func TestZeroFillAheadInChunks(t *testing.T) {
 	if watch.grownWrite > 0 || watch.sizeSyncs > 0 {
 		t.Fatalf("%d record writes past the size, %d of %d record fsyncs committed a size change; want none",
 			watch.grownWrite, watch.sizeSyncs, watch.dataSyncs)
+	}
+}
+
+// Rounds of bigRound bytes or more take their space by fallocate and fill
+// nothing ahead: no zeros are written after the segment's first step,
+// and every record is read back.
+func TestBigRoundsReserveWithoutZeros(t *testing.T) {
+	watch := &sizeWatch{FS: vfs.NewStrictMem()}
+	const step = 4 * fillChunk
+	w := open(t, watch, 1, segmentSize(4*step), preallocate(step))
+	payload := bytes.Repeat([]byte("R"), 512<<10)
+	if len(payload) < bigRound {
+		t.Fatalf("rounds of %d bytes are not big (bigRound %d)", len(payload), bigRound)
+	}
+	for range 2 * step / len(payload) {
+		appendSynced(t, w, 1, 1, payload)
+	}
+	mustClose(t, w)
+	if watch.zerosAfter != 0 {
+		t.Fatalf("%d bytes of zeros written after the first record of rounds of %d bytes; want none", watch.zerosAfter, len(payload))
+	}
+	w = open(t, watch, 2)
+	defer mustClose(t, w)
+	got := replayAll(t, w, 0, w.Tail())
+	if len(got) != 2*step/len(payload) || !bytes.Equal(got[len(got)-1].payload, payload) {
+		t.Fatalf("replayed %d records, want %d", len(got), 2*step/len(payload))
 	}
 }
