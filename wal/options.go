@@ -126,8 +126,8 @@ type Options struct {
 	// PreallocateMode): a segment starts with one step and gains another
 	// whenever a write would pass the reserved end, never past SegmentSize
 	// (unless one record is larger). With ZeroFill the syncer also keeps
-	// a step reserved ahead, between rounds, filling at most 1 MiB per
-	// round, so that an append rarely waits for it, and never for a
+	// at least half a step reserved ahead, between rounds, filling at most
+	// 1 MiB per round, so that an append rarely waits for it, and never for a
 	// whole step; a round of 256 KiB of records or more reserves its space
 	// by fallocate instead and fills nothing ahead (zeros it would
 	// overwrite at once cost more than the size change its fsync then

@@ -354,8 +354,9 @@ func writeZeros(f vfs.File, off, end int64) (int64, error) {
 const fillChunk = 1 << 20
 
 // fillAhead zero-fills the next chunk of the active segment and syncs it
-// while less than a step is reserved ahead of the records, so that appends
-// find the space ready and their fsyncs commit no size change. The syncer
+// once less than half a step is reserved ahead of the records, so that
+// appends find the space ready and their fsyncs commit no size change; a
+// chunk a round keeps up with any round below bigRound. The syncer
 // calls it between rounds: only the records appended meanwhile wait for
 // it, and the next round takes them all. A full disk is not reported here:
 // the write that needs the space meets it in reserve, where it is retried
@@ -363,7 +364,7 @@ const fillChunk = 1 << 20
 func (w *WAL) fillAhead() error {
 	step := w.opts.Preallocate
 	if w.opts.PreallocateMode != ZeroFill || step <= 0 || w.file == nil || w.aheadFull || w.bigRound ||
-		w.allocated >= w.opts.SegmentSize || w.allocated-w.fileSize >= step {
+		w.allocated >= w.opts.SegmentSize || w.allocated-w.fileSize >= step/2 {
 		return nil
 	}
 	target := min(w.allocated+min(step, fillChunk), w.opts.SegmentSize)
