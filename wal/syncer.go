@@ -164,7 +164,10 @@ func (w *WAL) awaitRetry(d time.Duration) {
 
 // runJob writes the job's records and syncs them if asked.
 func (w *WAL) runJob(j *job) error {
-	w.bigRound = len(j.b.data) >= bigRound
+	if len(j.b.data) > 0 {
+		// A round that only syncs keeps the last writing round's size.
+		w.bigRound = len(j.b.data) >= bigRound
+	}
 	if err := w.writeBatch(j); err != nil {
 		return err
 	}

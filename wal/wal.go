@@ -40,7 +40,7 @@ type WAL struct {
 	fileSize   int64    // bytes of records written to file: the end of data, where the next goes
 	allocated  int64    // bytes of file reserved: zero-filled (its size) or fallocated
 	aheadFull  bool     // fillAhead met a full disk; it waits until reserve gets space
-	bigRound   bool     // the round being written is big: its space is fallocated, not zeroed
+	bigRound   bool     // the last round that wrote records was big: space is fallocated, not zeroed
 	syncerDone chan struct{}
 }
 

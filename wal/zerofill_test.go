@@ -365,8 +365,21 @@ func TestBigRoundsReserveWithoutZeros(t *testing.T) {
 	if len(payload) < bigRound {
 		t.Fatalf("rounds of %d bytes are not big (bigRound %d)", len(payload), bigRound)
 	}
-	for range 2 * step / len(payload) {
-		appendSynced(t, w, 1, 1, payload)
+	for i := range 2 * step / len(payload) {
+		if i%2 == 0 {
+			appendSynced(t, w, 1, 1, payload)
+			continue
+		}
+		// Written in a round of its own, then synced by a round that
+		// writes nothing: that round must not fill ahead either.
+		first, err := w.Append(1, 1, payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitWritten(w, first)
+		if err := w.SyncTo(first); err != nil {
+			t.Fatal(err)
+		}
 	}
 	mustClose(t, w)
 	if watch.zerosAfter != 0 {
