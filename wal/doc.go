@@ -13,9 +13,9 @@
 //
 // A writer that has claimed epoch E opens the shard's directory with
 // Open(Options{Dir, Epoch: E, ...}). Open scans every segment of every
-// epoch (sealed ones by their headers), repairs a torn tail of E's own, syncs what it found, and creates a
-// fresh segment for E; it never appends to an existing file, nor modifies
-// another epoch's. Tail() is then the highest position Open found (0 for
+// epoch (sealed ones by their headers), repairs a torn tail of E's own,
+// syncs what it found, and creates a fresh segment for E; it never
+// appends to an existing file, nor modifies another epoch's. Tail() is then the highest position Open found (0 for
 // an empty log) and the writer's first Append gets Tail()+1.
 //
 //	w, err := wal.Open(opts)      // scan, repair, new segment
@@ -174,9 +174,9 @@
 // naming the segment and byte offset; it satisfies
 // errors.Is(err, ErrCorruption). Replay checks every CRC, and reports
 // damage to what Open found the same way: a damaged payload in a sealed
-// segment is refused when Replay reads it, not by Open. Past what Open found in another
-// epoch's last segment, and in segments another epoch started since Open,
-// Replay returns records while they are whole and continue the epoch's
+// segment is refused when Replay reads it, not by Open. Past what Open
+// found in another epoch's last segment, and in segments another epoch
+// started since Open, Replay returns records while they are whole and continue the epoch's
 // positions, and stops reading that epoch at the first bytes that do not:
 // those bytes are a zombie's, not this writer's to judge; the next Open
 // judges them.

@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 )
 
-// recover scans every segment (sealed ones by their headers), epoch by epoch, checks that each epoch's
-// positions are dense, repairs the torn tail of this epoch's last segment
+// recover scans every segment (sealed ones by their headers), epoch by
+// epoch, checks that each epoch's positions are dense, repairs the torn tail of this epoch's last segment
 // and sets the tail. The last segment of every other epoch is left as it
 // is (see recoverSegment). On return every record found is durable: each
 // epoch's last segment (the only one that can hold unsynced bytes, since a

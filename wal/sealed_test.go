@@ -9,12 +9,12 @@ import (
 )
 
 // Open walks a sealed segment by its headers and checks only its last
-// record's CRC, so a flipped byte (each of the header's, a sample of the
-// payload's) that no header check sees (the CRC
+// record's CRC, so a flipped byte that no header check sees (the CRC
 // word, the kind, the generation or the payload of any record but the
 // last) passes Open and is refused by Replay, at the same segment and
 // offset a full scan would name. Every other flipped byte, and every byte
-// of the last record, is refused by Open exactly as before.
+// of the last record, is refused by Open exactly as before. Every header
+// byte is flipped, and a sample of the payloads'.
 func TestSealedSegmentDamage(t *testing.T) {
 	sealed, offs := baseSegment(t)
 	offs = append(offs, int64(len(sealed)))

@@ -159,12 +159,12 @@ func (f *watchedFile) size() int64 {
 
 func (f *watchedFile) WriteAt(p []byte, off int64) (int, error) {
 	f.lastZero = allZero(p)
-	if allZero(p) && f.anyRecord {
+	if f.lastZero && f.anyRecord {
 		f.w.mu.Lock()
 		f.w.zerosAfter += int64(len(p))
 		f.w.mu.Unlock()
 	}
-	if !allZero(p) {
+	if !f.lastZero {
 		f.records, f.anyRecord = true, true
 		if off+int64(len(p)) > f.size() {
 			f.w.mu.Lock()
