@@ -15,8 +15,9 @@
 // Open(Options{Dir, Epoch: E, ...}). Open scans every segment of every
 // epoch (sealed ones by their headers), repairs a torn tail of E's own,
 // syncs what it found, and creates a fresh segment for E; it never
-// appends to an existing file, nor modifies another epoch's. Tail() is then the highest position Open found (0 for
-// an empty log) and the writer's first Append gets Tail()+1.
+// appends to an existing file, nor modifies another epoch's. Tail() is
+// then the highest position Open found (0 for an empty log) and the
+// writer's first Append gets Tail()+1.
 //
 //	w, err := wal.Open(opts)      // scan, repair, new segment
 //	w.Replay(cursor, w.Tail(), fn) // re-apply what a flush has not covered
