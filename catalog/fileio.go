@@ -65,14 +65,15 @@ func (f fileIO) syncDirty() error {
 			}
 		})
 	}
-	i := len(files)
+	slot := len(files)
 	for dir := range dirs {
+		i := slot // each sync its own slot: slot moves on before the goroutine runs
 		wg.Go(func() {
 			if err := vfs.SyncDir(f.fs, dir); err != nil {
 				errs[i] = fmt.Errorf("catalog: sync %s: %w", dir, err)
 			}
 		})
-		i++
+		slot++
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
