@@ -1,7 +1,6 @@
 package generation
 
 import (
-	"context"
 	"unsafe"
 
 	"github.com/parquet-go/parquet-go"
@@ -27,43 +26,6 @@ func newColumnEncoder(pageBufferSize int) *columnEncoder {
 		chunkBytes: max(pageBufferSize/8, 1<<10),
 		buf:        make([]parquet.Value, 0, maxChunkValues),
 	}
-}
-
-// writeRowGroup writes rows [lo, hi) of every column, checking ctx between
-// columns.
-func (e *columnEncoder) writeRowGroup(ctx context.Context, cw []*parquet.ColumnWriter, lay *layout, s *schema.Schema, d Data, lo, hi int) error {
-	b := d.Rows
-	if err := e.writeStrings(cw[0], 0, b.IDs, nil, false, lo, hi); err != nil {
-		return err
-	}
-	for i, c := range s.Columns {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := e.writeColumn(cw, lay, i, c.Nullable, &b.Cols[i], lo, hi); err != nil {
-			return err
-		}
-	}
-	if err := e.writeUints(cw[lay.seqIndex], lay.seqIndex, d.Seq, lo, hi); err != nil {
-		return err
-	}
-	return e.writeUints(cw[lay.epochIndex], lay.epochIndex, d.Epoch, lo, hi)
-}
-
-// writeColumn writes rows [lo, hi) of user column i: its one leaf, or each
-// leaf of a list or struct.
-func (e *columnEncoder) writeColumn(cw []*parquet.ColumnWriter, lay *layout, i int, nullable bool, v *schema.Vector, lo, hi int) error {
-	leaves := lay.nested[i]
-	if leaves == nil {
-		col := lay.first[i]
-		return e.writeVector(cw[col], col, nullable, v, lo, hi)
-	}
-	for l := range leaves {
-		if err := e.writeNested(cw[leaves[l].index], &leaves[l], v, lo, hi); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func (e *columnEncoder) writeVector(w *parquet.ColumnWriter, col int, nullable bool, v *schema.Vector, lo, hi int) error {

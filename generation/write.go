@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/parquet-go/parquet-go"
@@ -49,12 +50,19 @@ type Options struct {
 	RowGroupRows int
 	// Logger receives a debug line per file written; nil discards.
 	Logger *slog.Logger
+	// EncodeWorkers is how many goroutines encode and compress a row
+	// group's columns, each column on one of them; 0 means GOMAXPROCS, 1
+	// encodes on the caller's goroutine only.
+	EncodeWorkers int
 	// IndexCRCInName names the file BaseName(…, IndexCRC) instead of
 	// Name(…): the file then carries its own index checksum, for files
 	// whose only record is a list of paths (the base table's Iceberg
 	// manifests).
 	IndexCRCInName bool
 }
+
+// maxEncodeWorkers bounds Options.EncodeWorkers.
+const maxEncodeWorkers = 256
 
 // EnsureDefaults fills in the zero fields.
 func (o *Options) EnsureDefaults() {
@@ -73,6 +81,9 @@ func (o *Options) EnsureDefaults() {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.EncodeWorkers == 0 {
+		o.EncodeWorkers = runtime.GOMAXPROCS(0)
+	}
 }
 
 // Validate checks options after EnsureDefaults.
@@ -82,6 +93,9 @@ func (o *Options) Validate() error {
 	}
 	if o.PageBufferSize < 4<<10 || o.PageBufferSize > 64<<20 {
 		return fmt.Errorf("generation: page buffer size %d is outside [4 KiB, 64 MiB]", o.PageBufferSize)
+	}
+	if o.EncodeWorkers < 1 || o.EncodeWorkers > maxEncodeWorkers {
+		return fmt.Errorf("generation: encode workers %d is outside [1, %d]", o.EncodeWorkers, maxEncodeWorkers)
 	}
 	if o.RowGroupRows < 1 {
 		return fmt.Errorf("generation: row group rows %d is not positive", o.RowGroupRows)
@@ -309,7 +323,7 @@ func encode(ctx context.Context, w io.Writer, opts Options, lay *layout, s *sche
 		return err
 	}
 	pw := parquet.NewGenericWriter[any](w, config)
-	enc := newColumnEncoder(opts.PageBufferSize)
+	enc := newEncoderPool(opts.PageBufferSize, opts.EncodeWorkers)
 	for lo := 0; lo < d.Rows.Len(); lo += opts.RowGroupRows {
 		if err := ctx.Err(); err != nil {
 			return err
