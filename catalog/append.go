@@ -170,11 +170,12 @@ func (c *Etcd) PrepareBaseCommit(ctx context.Context, ident table.Identifier, bc
 		}
 		base = table.New(cur.tbl.Identifier(), meta, cur.rec.MetadataLocation, c.fsF, c)
 	}
+	if len(bc.Files) > 0 && len(bc.Remove) == 0 {
+		return c.prepareAppend(ctx, cur, base, evolve, bc)
+	}
 	txn := base.NewTransaction()
-	if len(bc.Properties) > 0 {
-		if err := txn.SetProperties(bc.Properties); err != nil {
-			return nil, fmt.Errorf("catalog: table %s: properties: %w", cur.name, err)
-		}
+	if err := setProperties(txn, bc.Properties); err != nil {
+		return nil, fmt.Errorf("catalog: table %s: %w", cur.name, err)
 	}
 	if err := c.stageFiles(ctx, txn, base.Metadata(), bc); err != nil {
 		return nil, fmt.Errorf("catalog: table %s: %w", cur.name, err)
@@ -187,6 +188,63 @@ func (c *Etcd) PrepareBaseCommit(ctx context.Context, ident table.Identifier, bc
 		return nil, err
 	}
 	return c.prepare(cur, tc.Requirements, append(evolve, tc.Updates...), bc.Sidecar)
+}
+
+// prepareAppend prepares a commit whose snapshot appends bc.Files (see
+// appendSnapshot): the snapshot's updates come first, and the properties
+// and the expiry are staged on the table with the new snapshot, so that
+// the retention counts it.
+func (c *Etcd) prepareAppend(ctx context.Context, cur *current, base *table.Table, evolve []table.Update, bc BaseCommit) (*PreparedCommit, error) {
+	adds, err := c.dataFiles(base.Metadata(), bc.Files)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: table %s: %w", cur.name, err)
+	}
+	snap, reqs, err := c.appendSnapshot(ctx, base, adds, bc.Summary)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: table %s: %w", cur.name, err)
+	}
+	updates := append(evolve, snap...)
+	if len(bc.Properties) == 0 && bc.Retention.isZero() {
+		return c.prepare(cur, reqs, updates, bc.Sidecar)
+	}
+	meta, err := table.UpdateTableMetadata(base.Metadata(), snap, cur.rec.MetadataLocation)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: table %s: %w", cur.name, err)
+	}
+	txn := table.New(base.Identifier(), meta, cur.rec.MetadataLocation, c.fsF, c).NewTransaction()
+	if err := setProperties(txn, bc.Properties); err != nil {
+		return nil, fmt.Errorf("catalog: table %s: %w", cur.name, err)
+	}
+	if err := expire(txn, meta, bc.Retention, false); err != nil {
+		return nil, fmt.Errorf("catalog: table %s: expire snapshots: %w", cur.name, err)
+	}
+	tc, err := txn.TableCommit()
+	if err != nil {
+		return nil, err
+	}
+	// The transaction's own requirements name main at the new snapshot,
+	// which the table reaches only by this commit: reqs (main at the
+	// parent) stand for them.
+	for _, r := range tc.Requirements {
+		if r.GetType() != assertRefSnapshotID {
+			reqs = append(reqs, r)
+		}
+	}
+	return c.prepare(cur, reqs, append(updates, tc.Updates...), bc.Sidecar)
+}
+
+// assertRefSnapshotID is the type of table.AssertRefSnapshotID's
+// requirement.
+var assertRefSnapshotID = table.AssertRefSnapshotID(table.MainBranch, nil).GetType()
+
+func setProperties(txn *table.Transaction, props iceberg.Properties) error {
+	if len(props) == 0 {
+		return nil
+	}
+	if err := txn.SetProperties(props); err != nil {
+		return fmt.Errorf("properties: %w", err)
+	}
+	return nil
 }
 
 // SchemaVersionProperty is the table property that names the schema
@@ -248,7 +306,7 @@ func schemaUpdates(meta table.Metadata, v *SchemaVersion) ([]table.Update, error
 	}, nil
 }
 
-// stageFiles stages bc's append or replace on txn.
+// stageFiles stages bc's replace on txn (an append is prepareAppend's).
 func (c *Etcd) stageFiles(ctx context.Context, txn *table.Transaction, meta table.Metadata, bc BaseCommit) error {
 	if len(bc.Files) == 0 && len(bc.Remove) == 0 {
 		return nil
@@ -256,15 +314,6 @@ func (c *Etcd) stageFiles(ctx context.Context, txn *table.Transaction, meta tabl
 	adds, err := c.dataFiles(meta, bc.Files)
 	if err != nil {
 		return err
-	}
-	if len(bc.Remove) == 0 {
-		// No duplicate check: it reads every manifest of the table, and
-		// the merge's own guard (watermarks, attempt-unique names) already
-		// makes registering a file twice impossible.
-		if err := txn.AddDataFiles(ctx, adds, bc.Summary, table.WithoutDuplicateCheck()); err != nil {
-			return fmt.Errorf("append: %w", err)
-		}
-		return nil
 	}
 	removes, err := c.dataFiles(meta, bc.Remove)
 	if err != nil {
