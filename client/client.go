@@ -193,6 +193,32 @@ func (c *Client) Append(ctx context.Context, shard string, rows []map[string]any
 	return c.appendBody(ctx, shard, body.Bytes(), len(rows), src)
 }
 
+// AppendNDJSON is Append for rows a producer has as NDJSON already: body
+// is sent as it is, one JSON object a line (blank lines are skipped, as
+// the writer skips them), and the writer validates it as it validates
+// Append's. With a session, its rows take session positions by that
+// count of lines.
+func (c *Client) AppendNDJSON(ctx context.Context, shard string, body []byte, src *Source) (Result, error) {
+	n := ndjsonRows(body)
+	if n == 0 {
+		return Result{}, errors.New("rollwal client: no rows to append")
+	}
+	return c.appendBody(ctx, shard, body, n, src)
+}
+
+// ndjsonRows counts the lines of body that are not blank.
+func ndjsonRows(body []byte) int {
+	n := 0
+	for len(body) > 0 {
+		line, rest, _ := bytes.Cut(body, []byte{'\n'})
+		if len(bytes.TrimSpace(line)) > 0 {
+			n++
+		}
+		body = rest
+	}
+	return n
+}
+
 // appendBody sends an NDJSON body of n rows, in the Client's session
 // unless it has none.
 func (c *Client) appendBody(ctx context.Context, shard string, body []byte, n int, src *Source) (Result, error) {

@@ -327,3 +327,41 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		}
 	}
 }
+
+// Rows a producer has as NDJSON already go as they are, in the session:
+// blank lines are not rows (the writer skips them too), so the session's
+// positions stay contiguous with the Appends around them, and a bad line
+// is refused by the writer with its line number, storing nothing.
+func TestAppendNDJSONAgainstRealWriter(t *testing.T) {
+	w := newWriter(t, nil)
+	c, _ := newClient(t, w.ts.URL, Options{Producer: "ndjson-test"})
+	ctx := context.Background()
+	first, err := c.Append(ctx, "s0", rows("a"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := "\n" + `{"id":"b","prompt":"p","completion":"c","reward":1,"metadata":"{}"}` + "\n  \n" +
+		`{"id":"c","prompt":"p","completion":"c","reward":2,"metadata":"{}"}` + "\r\n\n"
+	res, err := c.AppendNDJSON(ctx, "s0", []byte(body), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Stored != 2 || res.SessionSeq != first.SessionSeq+1 {
+		t.Fatalf("AppendNDJSON answered %+v after session position %d; want 2 stored from %d", res, first.SessionSeq, first.SessionSeq+1)
+	}
+	last, err := c.Append(ctx, "s0", rows("d"), nil)
+	if err != nil || last.SessionSeq != first.SessionSeq+3 {
+		t.Fatalf("Append after it answered %+v, %v; want session position %d", last, err, first.SessionSeq+3)
+	}
+	_, err = c.AppendNDJSON(ctx, "s0", []byte(`{"id":"e","prompt":"p","completion":"c","reward":1,"metadata":"{}"}`+"\n"+`{"id":"f","prompt":7}`), nil)
+	var bad *BadRequestError
+	if !errors.As(err, &bad) || !strings.Contains(err.Error(), "line 2") {
+		t.Fatalf("a bad second line answered %v, want a bad request naming line 2", err)
+	}
+	if _, err := c.AppendNDJSON(ctx, "s0", []byte("\n \n"), nil); err == nil {
+		t.Fatal("a body of blank lines was sent")
+	}
+	if n := w.memtableRows(t, "s0"); n != 4 {
+		t.Fatalf("shard holds %d rows, want 4 (a, b, c, d)", n)
+	}
+}
