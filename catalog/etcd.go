@@ -80,7 +80,8 @@ type Etcd struct {
 	log     *slog.Logger
 	cacheMu sync.Mutex
 	cache   []cachedMetadata
-	lists   listCache // see appendSnapshot
+	lists   listCache    // see appendSnapshot
+	spare   spareWriters // see appendSnapshot
 	// afterTxn, in tests, replaces the error of a commit transaction
 	// after it ran (to lose an answer) or before (to drop the request).
 	afterTxn func(op string, err error) error

@@ -186,3 +186,35 @@ func TestAppendReadsAParentListItDidNotWrite(t *testing.T) {
 	}
 	e.scan(tbl)
 }
+
+// An append takes the writers built ahead for it only when the table is
+// at the state they were built for: after another catalog's commit, the
+// next append builds its own (a spare built on the old parent would list
+// the wrong manifests and lose the other commit's files).
+func TestSpareWritersFitOnlyTheirState(t *testing.T) {
+	e := newEnv(t)
+	before := sparesTaken.Load()
+	for i := range 3 {
+		e.appendFiles(nil, e.baseFile("s0", uint64(i+1), 1, "a"+strconv.Itoa(i), 2, uint64(2*i+1)))
+	}
+	if n := sparesTaken.Load() - before; n != 2 {
+		t.Fatalf("%d of the 2 appends after the first took spare writers", n)
+	}
+	mine := e.cat
+	other, err := New(mine.opts)
+	fatalIf(t, err, "second catalog")
+	e.cat = other
+	e.appendFiles(nil, e.baseFile("s1", 1, 1, "b", 3, 1))
+	e.cat = mine
+	before = sparesTaken.Load()
+	tbl := e.appendFiles(nil, e.baseFile("s0", 4, 1, "c", 2, 7))
+	if n := sparesTaken.Load() - before; n != 0 {
+		t.Fatal("an append took writers built before another catalog's commit")
+	}
+	ms, err := tbl.Metadata().CurrentSnapshot().Manifests(mine.io)
+	fatalIf(t, err, "manifests")
+	if len(ms) != 5 {
+		t.Fatalf("%d manifests after 5 appends, want 5", len(ms))
+	}
+	e.scan(tbl)
+}
