@@ -33,6 +33,10 @@ type Memtable struct {
 	// record of meta alone).
 	maxPos uint64
 	arena  arena
+	// like, until the first insert, is the shape of the memtable sealed
+	// before this one, whose capacity the first insert reserves (see
+	// shape).
+	like *shape
 }
 
 // ProducerMark is where a producer session stands after a generation's
@@ -137,6 +141,10 @@ func (m *Memtable) appendLocked(b *schema.Batch, firstSeq, epoch uint64, charge 
 	n, start := b.Len(), len(m.seqs)
 	if start == 0 && n > 0 {
 		m.created = now
+		if m.like != nil {
+			m.like.reserve(m)
+			m.like = nil
+		}
 	}
 	m.rows.IDs = slices.Grow(m.rows.IDs, n)
 	for _, id := range b.IDs {

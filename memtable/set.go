@@ -230,6 +230,9 @@ func (s *Set) Rotate() *Memtable {
 	old.sealed = true
 	s.sealed = append(s.sealed, old)
 	s.active = newMemtable(s.schema, old.gen+1, &s.mu)
+	if old.rows.Schema == s.schema {
+		s.active.like = shapeOf(&old.rows)
+	}
 	return old
 }
 

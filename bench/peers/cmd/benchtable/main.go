@@ -269,6 +269,8 @@ var targets = []target{
 	{"#18 HTTP NDJSON: ≥ 0.6× in-process", regexp.MustCompile(`^bench\.HTTPIngest/batch=\d+/format=ndjson/clients=\d+$`), "x-inprocess", false, 0.6},
 	{"#18 HTTP Arrow IPC: ≥ 0.9× in-process", regexp.MustCompile(`^bench\.HTTPIngest/batch=\d+/format=arrow/clients=\d+$`), "x-inprocess", false, 0.9},
 	{"#18 sustained ingest, p99 ack ≤ 50 ms: ≥ 120k rows/s", regexp.MustCompile(`^bench\.SustainedIngest`), "rows/s", false, 120e3},
+	{"#15 RL rows, flush: ≥ 0.9× bare parquet-go", regexp.MustCompile(`^generation\.FlushRL/codec=\w+/rows=\d+$`), "x-parquet-go", false, 0.9},
+	{"#15 RL rows, ingest: ≥ 0.9× bare parquet-go", regexp.MustCompile(`^bench\.IngestRL/producers=\d+/wal=\w+$`), "x-parquet-go", false, 0.9},
 	{"#18 merge lookup-free: ≥ 0.5× a verbatim row-group copy", regexp.MustCompile(`^publish\.Merge/base=\d+/lookup-free$`), "x-rowgroup-copy", false, 0.5},
 }
 
