@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/rollwal/rollwal/generation"
 	"github.com/rollwal/rollwal/layout"
@@ -185,7 +186,11 @@ func (c *Coordinator) stageGeneration(ctx context.Context, ps passSchema, shard 
 	return size, nil
 }
 
+// filter returns the rows of d that keep marks, in schema s.
 func filter(s *schema.Schema, d generation.Data, keep []bool) generation.Data {
+	if d.Rows.Schema == s && !slices.Contains(keep, false) {
+		return d // the common case: a generation of new rows, written as it was read
+	}
 	out := generation.Data{Rows: s.NewBatch(len(keep))}
 	for i, k := range keep {
 		if k {
