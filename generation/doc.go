@@ -45,6 +45,12 @@
 // The default codec is Snappy produced by s2's fast encoder (see
 // fastSnappy).
 //
+// The leaves of a row group are encoded and compressed on up to
+// Options.EncodeWorkers goroutines (GOMAXPROCS by default), each leaf
+// whole by one of them, the largest first (parallel.go); the bytes are
+// those a single goroutine writes (TestParallelEncodeIsSerialEncode). A
+// row group of less than 256 KiB is written on the caller's goroutine.
+//
 // # Names
 //
 //	g<generation, 20 digits>-e<epoch, 20 digits>-<attempt, 8 hex>.parquet
