@@ -15,10 +15,11 @@ import (
 // The reservation is what the sealed memtable held, so it adds nothing to
 // the peak a shard already reached.
 
-// shape is the lengths of a batch's vectors.
+// shape is the lengths of a batch's vectors, and the schema they are of.
 type shape struct {
-	rows int
-	cols []vectorShape
+	schema *schema.Schema
+	rows   int
+	cols   []vectorShape
 }
 
 type vectorShape struct {
@@ -29,7 +30,7 @@ type vectorShape struct {
 
 // shapeOf returns the lengths of b's vectors.
 func shapeOf(b *schema.Batch) *shape {
-	sh := &shape{rows: len(b.IDs), cols: make([]vectorShape, len(b.Cols))}
+	sh := &shape{schema: b.Schema, rows: len(b.IDs), cols: make([]vectorShape, len(b.Cols))}
 	for i := range b.Cols {
 		sh.cols[i] = vectorShapeOf(&b.Cols[i])
 	}
@@ -48,9 +49,13 @@ func vectorShapeOf(v *schema.Vector) vectorShape {
 	return vs
 }
 
-// reserve gives m's columns (empty, of the schema sh was taken from) the
-// capacity of sh.
+// reserve gives m's columns (empty) the capacity of sh, when they are of
+// its schema: a memtable whose schema changed before its first insert
+// (Set.UseSchema) reserves nothing.
 func (sh *shape) reserve(m *Memtable) {
+	if m.rows.Schema != sh.schema || len(m.rows.Cols) != len(sh.cols) {
+		return
+	}
 	m.rows.IDs = slices.Grow(m.rows.IDs, sh.rows)
 	m.seqs = slices.Grow(m.seqs, sh.rows)
 	m.epochs = slices.Grow(m.epochs, sh.rows)

@@ -256,6 +256,7 @@ func (s *Set) UseSchema(sc *schema.Schema) {
 	s.schema = sc
 	if len(s.active.seqs) == 0 {
 		s.active.rows = *sc.NewBatch(0)
+		s.active.like = nil // another schema's shape
 		return
 	}
 	old := s.active
