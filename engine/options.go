@@ -58,6 +58,11 @@ type Options struct {
 	// little disk. Default 4 MiB (or WALSegmentSize if smaller); negative
 	// reserves nothing; otherwise 64 KiB up to WALSegmentSize.
 	WALPreallocate int64
+	// WALSpares is how many drained WAL segments a shard keeps, renamed to
+	// spares, for its next segments to be written over (no zeros ahead, no
+	// size change for an fsync to commit); each holds a segment's disk
+	// space. 0 means wal.DefaultSpares (2); negative keeps none.
+	WALSpares int
 	// WALBackend is where the WAL lives: WALLocal (default), segment files
 	// under DataDir, or WALObject, one object per group commit in Store
 	// (required then), so that a writer on another machine replays the
@@ -216,6 +221,7 @@ func (o *Options) Validate() error {
 	check(o.LeaseMargin <= 0 || o.LeaseMargin >= o.LeaseTTL/2, "lease margin %v must be positive and below half the lease TTL %v", o.LeaseMargin, o.LeaseTTL)
 	check(o.RequestTimeout <= 0, "request timeout %v must be positive", o.RequestTimeout)
 	check(o.WALSegmentSize < 64<<10, "WAL segment size %d is below 64 KiB", o.WALSegmentSize)
+	check(o.WALSpares > wal.MaxSpares, "WAL spares %d above %d", o.WALSpares, wal.MaxSpares)
 	check(o.WALPreallocate > 0 && (o.WALPreallocate < 64<<10 || o.WALPreallocate > o.WALSegmentSize),
 		"WAL preallocate %d must be from 64 KiB to the WAL segment size %d (or negative to reserve nothing)", o.WALPreallocate, o.WALSegmentSize)
 	check(o.WALBackend != WALLocal && o.WALBackend != WALObject, "unknown WAL backend %q (want %q or %q)", o.WALBackend, WALLocal, WALObject)

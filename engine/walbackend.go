@@ -113,7 +113,7 @@ func (s *Shard) openWAL(ctx context.Context, epoch uint64) (shardLog, error) {
 	}
 	return wal.Open(wal.Options{
 		FS: s.opts.FS, Dir: s.walDir(), Epoch: epoch,
-		SegmentSize: s.opts.WALSegmentSize, Preallocate: s.opts.WALPreallocate, Compression: s.opts.WALCompression,
+		SegmentSize: s.opts.WALSegmentSize, Preallocate: s.opts.WALPreallocate, Spares: s.opts.WALSpares, Compression: s.opts.WALCompression,
 		After: s.walAfter, Logger: s.log, Registerer: s.opts.Registerer,
 	})
 }

@@ -20,7 +20,9 @@
 //	  <table>/                                                                     TableDir
 //	    shards/
 //	      <shard>/                                                                 ShardDir
-//	        wal/                    WAL segments <epoch>-<index>.wal               WALDir
+//	        wal/                    WAL segments <epoch>-<index>.wal, spares       WALDir
+//	                                <epoch>-<index>.spare (drained segments kept
+//	                                to be written over, wal.Options.Spares)
 //	        gen/                    generations g<gen>-e<epoch>-<attempt>.parquet  GenDir
 //	        producers/              producer states p<gen>-e<epoch>-<ns>.json      ProducersDir
 //	    base/                       the base Iceberg table                         BaseDir

@@ -15,7 +15,9 @@
 // Open(Options{Dir, Epoch: E, ...}). Open scans every segment of every
 // epoch (sealed ones by their headers), repairs a torn tail of E's own,
 // syncs what it found, and creates a fresh segment for E; it never
-// appends to an existing file, nor modifies another epoch's. Tail() is
+// appends to an existing segment, nor modifies another epoch's (it does
+// delete recycling files, and spare files beyond Options.Spares: see
+// Spares). Tail() is
 // then the highest position Open found (0 for an empty log) and the
 // writer's first Append gets Tail()+1.
 //
@@ -30,7 +32,8 @@
 // Positions start at 1 and are assigned densely by Append; a record
 // covers [FirstPos, FirstPos+Count). Segments roll when the next record
 // would take the active one past Options.SegmentSize; a record is never
-// split. RemoveThrough deletes segments that a flush has made redundant.
+// split. RemoveThrough deletes segments that a flush has made redundant,
+// or keeps them as spares for later segments to be written over.
 //
 // # Epochs and zombies
 //
@@ -59,6 +62,35 @@
 // epoch's range needs them; the WAL returns them like any other record and
 // leaves skipping them to the engine.
 //
+// # Spares
+//
+// Writing a segment costs more than its records: each step of a new file
+// is zero-filled ahead of them (see Durability and failure), so every byte
+// is written twice. So RemoveThrough renames a drained segment of this
+// epoch, if at least half full, to a spare, <epoch>-<index>.spare (keeping
+// at most Options.Spares, default 2), and a roll writes the next segment
+// over a spare instead of creating one: its blocks and its size are on
+// disk already, so appends write no zeros and commit no size change.
+//
+// A spare keeps its old records until they are overwritten, so a segment
+// written over one holds them after its own. The roll renames the spare to
+// <epoch>-<index>.recycling and syncs the directory, writes the segment's
+// first records over it and syncs them, and only then renames it to the
+// segment's name (directory synced again). So a segment's first record is
+// always its own, and a reader knows the spare's rest by itself, with no
+// other file: a whole record of the segment's epoch wholly below its first
+// record's position (the spare was drained through a cursor below every
+// position written since), or of an older epoch (the spare was another
+// epoch's), is the end of data like zeros (see Corruption policy). Sealing
+// a segment written over a spare, and a clean Close of one, cut it to its
+// records, so that only an epoch's last segment, after a crash, holds such
+// a rest. A crash before the second rename leaves a .recycling file, which
+// holds nothing acknowledged and which Open deletes. Open keeps the spares
+// it finds, of any epoch up to its own, to write over; a writer of another
+// epoch may take the same spare, and the rename decides which one does.
+// Builds without spares refuse a directory holding any: see
+// docs/format/wal.md for a downgrade.
+//
 // # Concurrency
 //
 // Append, SyncTo, Replay, RemoveThrough, Tail and Err are safe for
@@ -77,9 +109,10 @@
 //
 // SyncTo(pos) returns nil only once every record at or below pos has been
 // written and covered by a successful fsync of its segment, and the
-// segment's directory entry was synced when it was created. A segment is
-// synced before the next one is created, so every segment but the last of
-// an epoch is complete on disk.
+// segment's directory entry was synced when it was created (or, written
+// over a spare, when it took its name). A segment is synced before the
+// next one is created, so every segment but the last of an epoch is
+// complete on disk.
 //
 // Failure is fail-stop. When a write or an fsync fails, the WAL enters a
 // permanent failed state: an fsync error may already have dropped the
@@ -131,8 +164,9 @@
 // filled ahead), or to SegmentSize when a step covers the segment; every
 // reader ends the data at the first all-zero header, Replay goes on to
 // the segment after it, and a segment rolls by the bytes of its records,
-// not by its file size. These constants are wire format; see
-// docs/format/wal.md before changing any.
+// not by its file size. An epoch's last segment may also run on with the
+// older records of the spare it was written over (see Spares). These
+// constants are wire format; see docs/format/wal.md before changing any.
 //
 // # Corruption policy
 //
@@ -144,10 +178,19 @@
 // if anything in that walk is amiss, it reads the segment in full as
 // below, so damage is judged the same in every segment. At the first
 // bytes that are not a valid record (short, wrong epoch, length out of
-// range, or a CRC mismatch) it looks at the rest of the file:
+// range, or a CRC mismatch), or at a record older than the segment's first
+// (of its epoch, wholly below the first record's position), it looks at
+// the rest of the file, passing over older records, which are never "a
+// valid record after" damage:
 //
 //   - only zeros, or nothing: the end of data (the reserved rest of the
 //     segment);
+//   - older records and no record of the segment's own after them: the
+//     rest of the spare the segment was written over (see Spares), perhaps
+//     after a record a crash tore, the end of data. In the last segment of
+//     the opening epoch it is cut away (and logged); in the last segment of
+//     another epoch it is left as it is. In any other segment it is
+//     corruption: sealing cut it;
 //   - bytes with no valid record after them: a torn tail, the remains of
 //     a write a crash interrupted, or a write a zombie is still making,
 //     whether zeros follow it (a record torn inside a zero-filled step) or

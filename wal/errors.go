@@ -32,8 +32,8 @@ var (
 	// never this: it is ErrFailed whatever its cause.
 	ErrNoSpace = errs.New(errs.Unavailable, "wal: out of disk space, waiting for space")
 	// ErrNewerEpoch is returned by Open when the directory holds segments
-	// of an epoch newer than Options.Epoch: another writer has taken over,
-	// so this one must not append.
+	// (or spare or recycling files) of an epoch newer than Options.Epoch:
+	// another writer has taken over, so this one must not append.
 	ErrNewerEpoch = errs.New(errs.NotOwner, "wal: a newer epoch has written to the log")
 	// ErrPayloadTooLarge is returned by Prepare and Append for a payload
 	// over MaxPayloadSize: the caller's request is too large, nothing was

@@ -217,27 +217,65 @@ func allZero(b []byte) bool {
 	return true
 }
 
-// segmentName is the file name of a segment:
-// <epoch, 20 digits>-<index, 6 digits>.wal, so names sort by epoch, then
-// index.
-func segmentName(epoch, index uint64) string {
-	return fmt.Sprintf("%020d-%06d%s", epoch, index, segmentSuffix)
+// fileKind is what a file in the WAL directory is. Every name is
+// <epoch, 20 digits>-<index, 6 digits><suffix>, so names sort by epoch,
+// then index, and one helper (parseFileName) parses them all.
+type fileKind uint8
+
+const (
+	// segmentFile, <epoch>-<index>.wal, is a segment.
+	segmentFile fileKind = iota
+	// spareFile, <epoch>-<index>.spare, is segment <epoch>-<index>.wal
+	// drained and kept to be written over (see Options.Spares): it holds
+	// that segment's records, none of the log's.
+	spareFile
+	// recyclingFile, <epoch>-<index>.recycling, is a spare a roll has
+	// taken to become segment <epoch>-<index>.wal, before its first
+	// records are durable: it holds no acknowledged record.
+	recyclingFile
+	numFileKinds
+)
+
+// fileSuffixes end the names of each kind. Older builds know only
+// segmentSuffix and refuse any other name.
+var fileSuffixes = [numFileKinds]string{segmentFile: segmentSuffix, spareFile: ".spare", recyclingFile: ".recycling"}
+
+// fileName is the name of the file of the given kind, epoch and index.
+func fileName(kind fileKind, epoch, index uint64) string {
+	return fmt.Sprintf("%020d-%06d%s", epoch, index, fileSuffixes[kind])
 }
+
+// parseFileName is the inverse of fileName; it accepts exactly the names
+// fileName produces, with both numbers at least 1.
+func parseFileName(name string) (kind fileKind, epoch, index uint64, ok bool) {
+	const epochDigits, indexDigits = 20, 6
+	if len(name) <= epochDigits+1+indexDigits || name[epochDigits] != '-' {
+		return 0, 0, 0, false
+	}
+	suffix := name[epochDigits+1+indexDigits:]
+	for kind < numFileKinds && fileSuffixes[kind] != suffix {
+		kind++
+	}
+	if kind == numFileKinds {
+		return 0, 0, 0, false
+	}
+	epoch, ok = parseDigits(name[:epochDigits])
+	if !ok {
+		return 0, 0, 0, false
+	}
+	index, ok = parseDigits(name[epochDigits+1 : epochDigits+1+indexDigits])
+	return kind, epoch, index, ok && epoch > 0 && index > 0
+}
+
+// segmentName is the file name of a segment:
+// <epoch, 20 digits>-<index, 6 digits>.wal.
+func segmentName(epoch, index uint64) string { return fileName(segmentFile, epoch, index) }
 
 // parseSegmentName is the inverse of segmentName; it accepts exactly the
 // names segmentName produces.
 func parseSegmentName(name string) (epoch, index uint64, ok bool) {
-	const epochDigits, indexDigits = 20, 6
-	if len(name) != epochDigits+1+indexDigits+len(segmentSuffix) ||
-		name[epochDigits] != '-' || name[epochDigits+1+indexDigits:] != segmentSuffix {
-		return 0, 0, false
-	}
-	epoch, ok = parseDigits(name[:epochDigits])
-	if !ok {
-		return 0, 0, false
-	}
-	index, ok = parseDigits(name[epochDigits+1 : epochDigits+1+indexDigits])
-	return epoch, index, ok && epoch > 0 && index > 0
+	kind, epoch, index, ok := parseFileName(name)
+	return epoch, index, ok && kind == segmentFile
 }
 
 // parseDigits parses a string of decimal digits only (no sign, no space).

@@ -59,6 +59,10 @@ type ScanReport struct {
 	Records  int
 	Bytes    int64 // of whole records, headers included
 	Tails    []Tail
+	// Spares names the spare files (see Options.Spares) and the files a
+	// roll was recycling when its writer stopped: they hold no record of
+	// the log, and Scan does not read them.
+	Spares []string
 }
 
 // ScanOptions configure Scan. Only FS and Dir are required.
@@ -91,7 +95,7 @@ func Scan(opts ScanOptions) (ScanReport, error) {
 	if opts.FS == nil {
 		opts.FS = vfs.Default
 	}
-	segs, err := listScanSegments(opts.FS, opts.Dir)
+	segs, spares, err := listScanSegments(opts.FS, opts.Dir)
 	if err != nil {
 		return ScanReport{}, err
 	}
@@ -100,7 +104,7 @@ func Scan(opts ScanOptions) (ScanReport, error) {
 		return ScanReport{}, err
 	}
 	defer c.close()
-	sc := &scanner{opts: opts, codec: c}
+	sc := &scanner{opts: opts, codec: c, rep: ScanReport{Spares: spares}}
 	for i := range segs {
 		if err := sc.segment(&segs[i]); err != nil {
 			return sc.rep, err
@@ -113,24 +117,30 @@ func Scan(opts ScanOptions) (ScanReport, error) {
 }
 
 // listScanSegments lists the segments by epoch, then index, marking each
-// epoch's last. Any other name is an error, as for Open.
-func listScanSegments(fsys vfs.FS, dir string) ([]SegmentInfo, error) {
+// epoch's last, and the names of the spare and recycling files. Any other
+// name is an error, as for Open.
+func listScanSegments(fsys vfs.FS, dir string) ([]SegmentInfo, []string, error) {
 	names, err := fsys.List(dir)
 	if err != nil {
-		return nil, fmt.Errorf("wal: list %s: %w", dir, err)
+		return nil, nil, fmt.Errorf("wal: list %s: %w", dir, err)
 	}
 	var segs []SegmentInfo
+	var spares []string
 	for _, name := range names { // sorted, and zero-padded names sort by epoch, then index
-		epoch, index, ok := parseSegmentName(name)
-		if !ok {
-			return nil, fmt.Errorf("wal: unexpected file %q in the WAL directory %s", name, dir)
+		kind, epoch, index, ok := parseFileName(name)
+		switch {
+		case !ok:
+			return nil, nil, fmt.Errorf("wal: unexpected file %q in the WAL directory %s", name, dir)
+		case kind == segmentFile:
+			segs = append(segs, SegmentInfo{Name: name, Epoch: epoch, Index: index})
+		default:
+			spares = append(spares, name)
 		}
-		segs = append(segs, SegmentInfo{Name: name, Epoch: epoch, Index: index})
 	}
 	for i := range segs {
 		segs[i].LastOfEpoch = i == len(segs)-1 || segs[i+1].Epoch != segs[i].Epoch
 	}
-	return segs, nil
+	return segs, spares, nil
 }
 
 // scanner carries Scan's state across segments.
@@ -166,18 +176,26 @@ func (sc *scanner) segment(s *SegmentInfo) error {
 	return sc.judgeEnd(s, res)
 }
 
-// records visits the segment's whole records up to the first bad bytes and
-// classifies what follows them, as scanSegment does for Open.
+// records visits the segment's whole records up to the first bad bytes, or
+// the first record older than the segment's first, and classifies what
+// follows them, as scanSegment does for Open.
 func (sc *scanner) records(f vfs.File, s *SegmentInfo) (scanResult, error) {
 	w := &window{r: f, size: s.Size}
+	var floor uint64
 	for off := int64(0); off < s.Size; {
 		h, stored, err := w.next(s.Name, s.Epoch, off)
 		var ce *CorruptionError
 		if errors.As(err, &ce) && !errors.Is(ce.Err, errInvalid) {
-			return classifyTail(f, s.Size, s.Name, s.Epoch, off, ce.Err)
+			return classifyTail(f, s.Size, s.Name, s.Epoch, floor, off, ce.Err)
 		}
 		if err != nil {
 			return scanResult{}, err
+		}
+		if olderRecord(h, floor) {
+			return classifyTail(f, s.Size, s.Name, s.Epoch, floor, off, olderError(h, floor))
+		}
+		if floor == 0 {
+			floor = h.FirstPos
 		}
 		if err := sc.record(s, h, off, stored); err != nil {
 			return scanResult{}, err
@@ -223,16 +241,20 @@ func (sc *scanner) record(s *SegmentInfo, h recordHeader, off int64, stored []by
 }
 
 // judgeEnd applies Open's policy to the bytes after the segment's last
-// whole record: a torn tail or a hole is tolerated in an epoch's last
-// segment only, since every other segment was synced whole before the
-// next one was created.
+// whole record: a torn tail, a hole or a spare's rest is tolerated in an
+// epoch's last segment only, since every other segment was synced whole,
+// and cut to its records if recycled, before the next one was created. A
+// spare's rest is no damage: it is not listed among the tails.
 func (sc *scanner) judgeEnd(s *SegmentInfo, res scanResult) error {
-	if !res.torn && !res.hole {
+	if !res.torn && !res.hole && !res.stale {
 		return nil
 	}
 	if !s.LastOfEpoch {
 		return &CorruptionError{Segment: s.Name, Offset: res.end,
 			Err: fmt.Errorf("damage in a segment that is not the last of epoch %d: %w", s.Epoch, res.why)}
+	}
+	if res.stale {
+		return nil
 	}
 	sc.rep.Tails = append(sc.rep.Tails, Tail{Segment: s.Name, Offset: res.end,
 		Bytes: s.Size - res.end, Hole: res.hole, Reason: res.why})

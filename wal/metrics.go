@@ -14,6 +14,8 @@ type metrics struct {
 	records       prometheus.Counter
 	syncs         prometheus.Counter
 	noSpace       prometheus.Counter
+	spares        prometheus.Counter
+	recycled      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -39,6 +41,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		noSpace: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "writer_wal_out_of_space_total",
 			Help: "Times the WAL ran out of disk space and began waiting for space.",
+		})),
+		spares: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "writer_wal_spares_total",
+			Help: "Drained WAL segments kept as spares instead of deleted.",
+		})),
+		recycled: register(reg, prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "writer_wal_segments_recycled_total",
+			Help: "WAL segments started by renaming a spare: no zeros written ahead of their appends.",
 		})),
 	}
 }

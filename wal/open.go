@@ -55,21 +55,26 @@ func newWAL(opts Options) (*WAL, error) {
 }
 
 // open does the work of Open before the syncer starts; nothing else runs.
+// Its new segment is created, never recycled: a recycled file needs
+// records to take a segment's name with (see recycle.go).
 func (w *WAL) open() error {
 	if err := w.ensureDir(); err != nil {
 		return err
 	}
-	segs, err := w.listSegments()
+	d, err := w.listDir()
 	if err != nil {
 		return err
 	}
-	if err := w.recover(segs); err != nil {
+	if err := w.recover(d.segs); err != nil {
+		return err
+	}
+	if err := w.tidySpares(d.spares, d.unfinished); err != nil {
 		return err
 	}
 	if w.assigned < w.opts.After {
 		w.assigned, w.written, w.synced = w.opts.After, w.opts.After, w.opts.After
 	}
-	next, err := w.nextIndex(segs)
+	next, err := w.nextIndex(d)
 	if err != nil {
 		return err
 	}
@@ -77,7 +82,7 @@ func (w *WAL) open() error {
 	if err != nil {
 		return err
 	}
-	w.segments = append(segs, seg)
+	w.segments = append(d.segs, seg)
 	w.active, w.file = seg, f
 	return nil
 }
@@ -121,35 +126,54 @@ func missingDirs(fsys vfs.FS, dir string) ([]string, error) {
 	}
 }
 
-// listSegments parses the directory's names into segments ordered by
-// epoch, then index. Any other name is an error: the directory belongs to
-// the WAL, and a stray file is a sign of a wrong path or of damage.
-func (w *WAL) listSegments() ([]*segment, error) {
+// dirFiles is what the WAL directory holds.
+type dirFiles struct {
+	segs       []*segment // by epoch, then index
+	spares     []spare    // by epoch, then index
+	unfinished []string   // recycling files
+}
+
+// listDir parses the directory's names. Any name that is not a segment, a
+// spare or a recycling file is an error: the directory belongs to the
+// WAL, and a stray file is a sign of a wrong path or of damage. So is a
+// file of an epoch newer than this writer's, unless it only reads.
+func (w *WAL) listDir() (dirFiles, error) {
 	names, err := w.fs.List(w.dir)
 	if err != nil {
-		return nil, err
+		return dirFiles{}, err
 	}
-	var segs []*segment
+	var d dirFiles
 	for _, name := range names {
-		epoch, index, ok := parseSegmentName(name)
+		kind, epoch, index, ok := parseFileName(name)
 		if !ok {
-			return nil, fmt.Errorf("wal: unexpected file %q in the WAL directory", name)
+			return dirFiles{}, fmt.Errorf("wal: unexpected file %q in the WAL directory", name)
 		}
 		if epoch > w.opts.Epoch && !w.readOnly {
-			return nil, fmt.Errorf("%w: segment %s is of epoch %d, this writer's is %d",
+			return dirFiles{}, fmt.Errorf("%w: file %s is of epoch %d, this writer's is %d",
 				ErrNewerEpoch, name, epoch, w.opts.Epoch)
 		}
-		segs = append(segs, &segment{epoch: epoch, index: index, name: name})
+		switch kind {
+		case segmentFile:
+			d.segs = append(d.segs, &segment{epoch: epoch, index: index, name: name})
+		case spareFile:
+			d.spares = append(d.spares, spare{epoch: epoch, index: index})
+		case recyclingFile:
+			d.unfinished = append(d.unfinished, name)
+		}
 	}
 	// Zero-padded names sort by epoch then index; sort anyway rather
 	// than trust the FS's order.
-	slices.SortFunc(segs, func(a, b *segment) int {
-		if a.epoch != b.epoch {
-			return cmpUint(a.epoch, b.epoch)
-		}
-		return cmpUint(a.index, b.index)
-	})
-	return segs, nil
+	slices.SortFunc(d.segs, func(a, b *segment) int { return cmpNumbers(a.epoch, a.index, b.epoch, b.index) })
+	slices.SortFunc(d.spares, func(a, b spare) int { return cmpNumbers(a.epoch, a.index, b.epoch, b.index) })
+	return d, nil
+}
+
+// cmpNumbers orders files by epoch, then index.
+func cmpNumbers(epochA, indexA, epochB, indexB uint64) int {
+	if epochA != epochB {
+		return cmpUint(epochA, epochB)
+	}
+	return cmpUint(indexA, indexB)
 }
 
 func cmpUint(a, b uint64) int {
@@ -163,17 +187,23 @@ func cmpUint(a, b uint64) int {
 }
 
 // nextIndex returns the index of the segment this epoch starts now: one
-// past its last, so that Open never appends to an existing file. An epoch
-// that already holds records may only continue if it still holds the
-// tail; otherwise its positions could not stay dense.
-func (w *WAL) nextIndex(segs []*segment) (uint64, error) {
+// past its last, and past its spares (so that the segment's spare name,
+// one day, is free), so that Open never appends to an existing file. An
+// epoch that already holds records may only continue if it still holds
+// the tail; otherwise its positions could not stay dense.
+func (w *WAL) nextIndex(d dirFiles) (uint64, error) {
 	next, last := uint64(1), uint64(0)
-	for _, s := range segs {
+	for _, s := range d.segs {
 		if s.epoch == w.opts.Epoch {
-			next = s.index + 1
+			next = max(next, s.index+1)
 			if s.holds() {
 				last = s.last
 			}
+		}
+	}
+	for _, sp := range d.spares {
+		if sp.epoch == w.opts.Epoch {
+			next = max(next, sp.index+1)
 		}
 	}
 	if last != 0 && last != w.assigned {

@@ -50,6 +50,14 @@ func (p Preallocation) String() string {
 	return fmt.Sprintf("Preallocation(%d)", uint8(p))
 }
 
+// DefaultSpares is the number of spares kept when Options.Spares is 0:
+// enough for the rolls between two flushes that drain the WAL, while
+// holding little disk beyond the live segments.
+const DefaultSpares = 2
+
+// MaxSpares bounds Options.Spares: each spare holds a segment's disk space.
+const MaxSpares = 64
+
 // maxSegmentSize keeps a segment's offsets far from any overflow.
 const maxSegmentSize = 1 << 40
 
@@ -139,6 +147,20 @@ type Options struct {
 	Preallocate int64
 	// PreallocateMode is how Preallocate reserves space; default ZeroFill.
 	PreallocateMode Preallocation
+	// Spares is how many spare files the WAL keeps: drained segments of
+	// this epoch that RemoveThrough renames to <epoch>-<index>.spare
+	// instead of deleting (at least half full ones), and that a roll then
+	// writes the next segment over. A spare's blocks are written and its
+	// size is durable, so appends to it write no zeros ahead and their
+	// fsyncs commit no size change, as with a pre-zeroed file; its old
+	// records stay until overwritten, and readers take them for the end of
+	// data (see recycle.go and docs/format/wal.md). Open keeps the spares
+	// it finds, of this epoch or older ones, up to Spares, and deletes the
+	// rest. 0 means DefaultSpares; a negative value keeps none: Open
+	// deletes every spare, every drained segment is deleted and every new
+	// one created. A build without spares refuses a directory holding any
+	// (see docs/format/wal.md for a downgrade).
+	Spares int
 	// Compression is the codec tried on every record payload; a payload is
 	// stored raw when the codec does not shrink it. Default None.
 	Compression Compression
@@ -166,6 +188,9 @@ func (o *Options) EnsureDefaults() {
 	if o.Preallocate == 0 {
 		o.Preallocate = DefaultPreallocate
 	}
+	if o.Spares == 0 {
+		o.Spares = DefaultSpares
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -185,6 +210,7 @@ func (o *Options) Validate() error {
 	check(o.SegmentSize < 0 || o.SegmentSize > maxSegmentSize,
 		"segment size %d out of range [0, %d]", o.SegmentSize, int64(maxSegmentSize))
 	check(o.Preallocate > maxSegmentSize, "preallocation step %d above %d", o.Preallocate, int64(maxSegmentSize))
+	check(o.Spares > MaxSpares, "spares %d above %d", o.Spares, MaxSpares)
 	check(!o.Compression.valid(), "unknown compression %d", uint8(o.Compression))
 	check(!o.PreallocateMode.valid(), "unknown preallocation mode %d", uint8(o.PreallocateMode))
 	return errors.Join(errs...)

@@ -55,13 +55,14 @@ func (w *WAL) recoverSegment(s *segment, next uint64, lastOfEpoch bool) error {
 	case res.torn && !lastOfEpoch:
 		return &CorruptionError{Segment: s.name, Offset: res.end,
 			Err: fmt.Errorf("torn record in a segment that is not the last of epoch %d: %w", s.epoch, res.why)}
+	case res.stale && !lastOfEpoch:
+		// Sealing a segment written over a spare cuts the spare's rest.
+		return &CorruptionError{Segment: s.name, Offset: res.end,
+			Err: fmt.Errorf("older records after the records of a segment that is not the last of epoch %d: %w", s.epoch, res.why)}
 	case !lastOfEpoch:
 		return nil
 	case own:
-		if res.torn {
-			w.log.Warn("wal: truncating torn tail", "segment", s.name, "offset", res.end,
-				"dropped_bytes", size-res.end, "reason", res.why)
-		}
+		w.logCut(s, res, size)
 		return w.truncateAndSync(s, size)
 	}
 	s.growing = true
@@ -72,6 +73,9 @@ func (w *WAL) recoverSegment(s *segment, next uint64, lastOfEpoch bool) error {
 	case res.torn:
 		w.log.Warn("wal: another epoch's segment ends in a torn record, perhaps a zombie's write in progress; its records end there, the file is left as is",
 			"segment", s.name, "offset", res.end, "ignored_bytes", size-res.end, "reason", res.why)
+	case res.stale:
+		w.log.Info("wal: another epoch's segment was written over a spare; its records end where the spare's older ones start, the file is left as is",
+			"segment", s.name, "offset", res.end, "ignored_bytes", size-res.end)
 	}
 	return w.syncSegment(s)
 }
@@ -138,6 +142,20 @@ func (w *WAL) truncateAndSync(s *segment, size int64) (err error) {
 		return fmt.Errorf("sync %s: %w", s.name, err)
 	}
 	return nil
+}
+
+// logCut reports what truncateAndSync is about to cut from this epoch's
+// last segment: a torn record is a crash's leftover, worth a warning; a
+// spare's rest is what every recycled segment holds until it is sealed.
+func (w *WAL) logCut(s *segment, res scanResult, size int64) {
+	switch {
+	case res.torn:
+		w.log.Warn("wal: truncating torn tail", "segment", s.name, "offset", res.end,
+			"dropped_bytes", size-res.end, "reason", res.why)
+	case res.stale:
+		w.log.Info("wal: cutting the rest of the spare a segment was written over", "segment", s.name,
+			"offset", res.end, "dropped_bytes", size-res.end, "reason", res.why)
+	}
 }
 
 // syncSegment syncs another epoch's segment through a read-only handle,

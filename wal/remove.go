@@ -11,7 +11,9 @@ import (
 )
 
 // RemoveThrough deletes the segments whose records all lie at or below
-// cursor (segments without records included). It never deletes the
+// cursor (segments without records included); it renames a drained
+// segment of this epoch to a spare instead while there is room for one
+// (Options.Spares). It never deletes the
 // active segment, nor, while the active segment is still empty, the
 // segment holding the tail: that segment is what tells the next Open where
 // positions continue. Segments are deleted oldest first, with a directory
@@ -43,8 +45,7 @@ func (w *WAL) RemoveThrough(cursor uint64) error {
 				continue
 			}
 		}
-		err := w.fs.Remove(filepath.Join(w.dir, s.name))
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := w.discard(s); err != nil {
 			return fmt.Errorf("wal: remove segment: %w", err)
 		}
 		if err := vfs.SyncDir(w.fs, w.dir); err != nil {
@@ -57,6 +58,19 @@ func (w *WAL) RemoveThrough(cursor uint64) error {
 		w.log.Debug("wal: removed segment", "segment", s.name, "last", s.last, "cursor", cursor)
 	}
 	return nil
+}
+
+// discard deletes a drained segment, or keeps it as a spare (see
+// Options.Spares). A segment already gone is not an error.
+func (w *WAL) discard(s *segment) error {
+	if w.keepsSpare(s) {
+		return w.makeSpare(s)
+	}
+	err := w.fs.Remove(w.path(s.name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
 }
 
 // removable lists the segments RemoveThrough may delete, oldest first.

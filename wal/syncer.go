@@ -3,7 +3,6 @@ package wal
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
 	"runtime"
 	"syscall"
 	"time"
@@ -188,7 +187,7 @@ func (w *WAL) runJob(j *job) error {
 		runtime.Gosched()
 	}
 	if j.closing {
-		return nil
+		return w.cutRecycled()
 	}
 	return w.fillAhead()
 }
@@ -246,7 +245,9 @@ func (w *WAL) needsRoll(unwritten, recSize int64) bool {
 
 // writeRecords writes j's records from j.next up to k in one write, within
 // space reserved first, and publishes the new end of the active segment. A
-// full disk that left the file as it was is ErrNoSpace, to retry.
+// full disk that left the file as it was is ErrNoSpace, to retry. The
+// first records written to a recycled spare are synced and give the file
+// its segment's name (nameRecycled) before they count as written.
 func (w *WAL) writeRecords(j *job, k int) error {
 	b := j.b
 	if k <= j.next {
@@ -268,6 +269,12 @@ func (w *WAL) writeRecords(j *job, k int) error {
 		}
 		return err
 	}
+	named := w.recycling != ""
+	if named {
+		if err := w.nameRecycled(); err != nil {
+			return err
+		}
+	}
 	first, last := decodeHeader(data).FirstPos, b.marks[k-1].last
 	j.next = k
 
@@ -278,6 +285,10 @@ func (w *WAL) writeRecords(j *job, k int) error {
 	}
 	w.active.last, w.active.size = last, w.fileSize
 	w.written = last
+	if named { // nameRecycled synced everything written
+		w.synced = max(w.synced, last)
+		w.progress.Broadcast()
+	}
 	return nil
 }
 
@@ -407,14 +418,22 @@ func (w *WAL) syncFile() error {
 }
 
 // roll seals the active segment, unless a roll that could not create the
-// next one sealed it already, and starts the next one.
+// next one sealed it already, and starts the next one over a spare, or
+// creates it when no spare is left.
 func (w *WAL) roll() error {
 	if w.file != nil {
 		if err := w.seal(); err != nil {
 			return err
 		}
 	}
-	seg, f, err := w.createSegment(w.active.index + 1)
+	index := w.active.index + 1
+	if err := w.checkNewSegment(index); err != nil {
+		return err
+	}
+	seg, f, err := w.recycle(index)
+	if err == nil && f == nil {
+		seg, f, err = w.createSegment(index)
+	}
 	if err != nil {
 		return err
 	}
@@ -444,8 +463,17 @@ func (w *WAL) syncActive() error {
 
 // seal syncs and closes the active segment, so that every segment but the
 // last of an epoch is complete on disk: Open relies on it to tell damage
-// from a torn tail.
+// from a torn tail. A recycled segment is cut to its records first, so
+// that no sealed segment holds a spare's older records: Open walks sealed
+// segments by their headers, which takes bytes after the records for
+// damage.
 func (w *WAL) seal() error {
+	if w.recycled {
+		if err := w.file.Truncate(w.fileSize); err != nil {
+			return fmt.Errorf("truncate %s: %w", w.active.name, err)
+		}
+		w.recycled = false
+	}
 	if err := w.syncActive(); err != nil {
 		return err
 	}
@@ -456,6 +484,36 @@ func (w *WAL) seal() error {
 	return nil
 }
 
+// cutRecycled cuts the active segment, if written over a spare, to its
+// records and syncs it, as seal does: a clean Close leaves no spare's rest,
+// which the next Open could not tell from a torn tail. A recycled file
+// that holds no record yet has no name to keep: the next Open deletes it.
+func (w *WAL) cutRecycled() error {
+	if !w.recycled || w.recycling != "" {
+		return nil
+	}
+	if err := w.file.Truncate(w.fileSize); err != nil {
+		return fmt.Errorf("truncate %s: %w", w.active.name, err)
+	}
+	w.recycled = false
+	return w.syncFile()
+}
+
+// checkNewSegment checks that segment index of this epoch may be started.
+// Creating or renaming onto an existing segment would destroy it: one
+// that exists belongs to another writer of this epoch (a claim race lost
+// without knowing it), whose acknowledged records must never be cut.
+func (w *WAL) checkNewSegment(index uint64) error {
+	if index > maxSegmentIndex {
+		return fmt.Errorf("wal: epoch %d has used all %d segment indexes", w.opts.Epoch, maxSegmentIndex)
+	}
+	name := segmentName(w.opts.Epoch, index)
+	if _, err := w.fs.Stat(w.path(name)); err == nil {
+		return fmt.Errorf("create segment: %s already exists: another writer holds epoch %d", name, w.opts.Epoch)
+	}
+	return nil
+}
+
 // createSegment creates the segment of Options.Epoch with the given index,
 // reserves its first step (and syncs it, when zero-filled) and syncs the
 // directory, so that the new file's
@@ -463,17 +521,12 @@ func (w *WAL) seal() error {
 // disk (at the create or the reservation) is ErrNoSpace and leaves no
 // file behind, so that a retry creates it again.
 func (w *WAL) createSegment(index uint64) (*segment, vfs.File, error) {
-	if index > maxSegmentIndex {
-		return nil, nil, fmt.Errorf("wal: epoch %d has used all %d segment indexes", w.opts.Epoch, maxSegmentIndex)
+	// Create truncates: see checkNewSegment.
+	if err := w.checkNewSegment(index); err != nil {
+		return nil, nil, err
 	}
 	name := segmentName(w.opts.Epoch, index)
-	path := filepath.Join(w.dir, name)
-	// Create truncates: a segment that exists belongs to another writer of
-	// this epoch (a claim race lost without knowing it), whose acknowledged
-	// records must never be cut.
-	if _, err := w.fs.Stat(path); err == nil {
-		return nil, nil, fmt.Errorf("create segment: %s already exists: another writer holds epoch %d", name, w.opts.Epoch)
-	}
+	path := w.path(name)
 	f, err := w.fs.Create(path)
 	if err != nil {
 		err = fmt.Errorf("create segment: %w", err)

@@ -50,11 +50,11 @@ func readTailOnce(opts Options) (uint64, error) {
 		log = opts.Logger.With("component", "wal")
 	}
 	w := &WAL{queue: queue{log: log, name: opts.Dir}, opts: opts, fs: opts.FS, dir: opts.Dir, readOnly: true}
-	segs, err := w.listSegments()
+	d, err := w.listDir()
 	if err != nil {
 		return 0, fmt.Errorf("wal: read tail of %s: %w", opts.Dir, err)
 	}
-	if err := w.recover(segs); err != nil {
+	if err := w.recover(d.segs); err != nil {
 		return 0, fmt.Errorf("wal: read tail of %s: %w", opts.Dir, err)
 	}
 	return w.assigned, nil

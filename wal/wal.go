@@ -35,12 +35,16 @@ type WAL struct {
 
 	removeMu sync.Mutex // serializes RemoveThrough
 
+	spares []spare // spares a roll may write over, oldest first; guarded by mu
+
 	// Owned by the syncer goroutine once Open returns.
 	file       vfs.File // the active segment; nil after a roll that could not create the next
 	fileSize   int64    // bytes of records written to file: the end of data, where the next goes
 	allocated  int64    // bytes of file reserved: zero-filled (its size) or fallocated
 	aheadFull  bool     // fillAhead met a full disk; it waits until reserve gets space
 	bigRound   bool     // the last round that wrote records was big: space is fallocated, not zeroed
+	recycled   bool     // file is a spare written over: sealing cuts it to its records
+	recycling  string   // file's name while it is recycled and holds no durable record yet (see recycle.go)
 	syncerDone chan struct{}
 }
 

@@ -28,7 +28,12 @@ import (
 //
 // Subjects run in order floor, floor-prezeroed, the peers, rollwal, and
 // floor-end (the floor again: floor-drift is its rows/s over the first
-// floor's; beyond ±10% the run was disturbed). The rollwal row carries
+// floor's; beyond ±10% the run was disturbed). batch-64 also runs
+// rollwal-steady after rollwal: the same appends to a WAL in steady state,
+// whose directory holds spares before the clock starts and which is
+// drained as it runs (see steady), so that its rolls write over spares
+// instead of zero-filling new segments; it carries rollwal's ratios and
+// "recycled", the segments written over spares. The rollwal rows carry
 // x-floor, x-floor-prezeroed and x-<peer>, its rows/s over theirs, and
 // lat-vs-floor and lat-vs-floor-prezeroed, its p50 acknowledgement
 // latency over the floors' (the sync-each targets are ≤ 1.1). b.N counts
@@ -60,8 +65,8 @@ func BenchmarkWALAppend(b *testing.B) {
 					peers[p.name] = r
 				})
 			}
-			b.Run("rollwal", func(b *testing.B) {
-				r := runRollwal(b, dir, c.perSync)
+			rollwal := func(b *testing.B, steady bool) {
+				r := runRollwalSteady(b, dir, c.perSync, steady)
 				ratio(b, "x-floor", r.rows, floor.rows)
 				ratio(b, "x-floor-prezeroed", r.rows, prezeroed.rows)
 				for _, name := range []string{"etcd", "raft-wal", "tidwall"} {
@@ -69,7 +74,11 @@ func BenchmarkWALAppend(b *testing.B) {
 				}
 				ratio(b, "lat-vs-floor", r.p50, floor.p50)
 				ratio(b, "lat-vs-floor-prezeroed", r.p50, prezeroed.p50)
-			})
+			}
+			b.Run("rollwal", func(b *testing.B) { rollwal(b, false) })
+			if c.perSync == rowsPerBatch {
+				b.Run("rollwal-steady", func(b *testing.B) { rollwal(b, true) })
+			}
 			b.Run("floor-end", func(b *testing.B) {
 				r := runFloor(b, dir, c.perSync, floorAppend)
 				ratio(b, "floor-drift", r.rows, floor.rows)
@@ -78,15 +87,27 @@ func BenchmarkWALAppend(b *testing.B) {
 	}
 }
 
-// runRollwal appends b.N rows to a rollwal WAL, perSync Appends per
+// runRollwal appends b.N rows to a fresh rollwal WAL, perSync Appends per
 // SyncTo, and checks with wal.Scan that every row is on disk.
 func runRollwal(b *testing.B, dir string, perSync int) rate {
+	return runRollwalSteady(b, dir, perSync, false)
+}
+
+// runRollwalSteady is runRollwal, on a WAL in steady state (see steady)
+// if asked: its appends are checked by their positions, since draining
+// removes some of them.
+func runRollwalSteady(b *testing.B, dir string, perSync int, steadyState bool) rate {
 	reg := prometheus.NewRegistry()
 	path := subdir(dir, "rollwal")
 	w, err := wal.Open(wal.Options{Dir: path, Epoch: 1, Registerer: reg})
 	if err != nil {
 		b.Fatal(err)
 	}
+	var st *steady
+	if steadyState {
+		st = newSteady(b, w, reg, path)
+	}
+	syncs0 := counter(b, reg, "writer_wal_syncs_total")
 	var total int64
 	lat := make(latencies, 0, b.N/perSync+1)
 	b.ReportAllocs()
@@ -94,27 +115,37 @@ func runRollwal(b *testing.B, dir string, perSync int) rate {
 	for row := 0; row < b.N; {
 		start := time.Now()
 		var last uint64
+		var n int64
 		for end := min(row+perSync, b.N); row < end; row++ {
 			p := payload(row)
 			if last, err = w.Append(1, 1, p); err != nil {
 				b.Fatal(err)
 			}
-			total += int64(len(p))
+			n += int64(len(p))
 		}
 		if err := w.SyncTo(last); err != nil {
 			b.Fatal(err)
 		}
 		lat = append(lat, time.Since(start))
+		total += n
+		if err := st.appended(n, last); err != nil {
+			b.Fatal(err)
+		}
 	}
 	b.StopTimer()
-	syncs := counter(b, reg, "writer_wal_syncs_total")
+	syncs := counter(b, reg, "writer_wal_syncs_total") - syncs0
+	tail := w.Tail()
 	if err := w.Close(); err != nil {
 		b.Fatal(err)
 	}
 	r := reportRate(b, int64(b.N), total)
 	r.p50, r.p99 = reportLatency(b, []latencies{lat})
 	b.ReportMetric(float64(b.N)/syncs, "rows/fsync")
-	b.ReportMetric(float64(scanRollwal(b, path, b.N))/float64(b.N), "B/row")
+	if st != nil {
+		b.ReportMetric(st.report(b, path, tail, int64(b.N)), "B/row")
+	} else {
+		b.ReportMetric(float64(scanRollwal(b, path, b.N))/float64(b.N), "B/row")
+	}
 	return r
 }
 

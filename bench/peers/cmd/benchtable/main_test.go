@@ -66,7 +66,7 @@ func TestParseAndWrite(t *testing.T) {
 		"| ingest: ≥ 0.8× the slower stage (WAL-only, flush-only) | bench.Ingest/producers=16/wal=none | 150k ÷ min(WAL 200k, flush 250k) = 0.75 | not met |",
 		"| merge ID-check: flat in the base size (within 1.2×) | publish.Merge/base=1000000 vs 100000/id-check-replay | 13.0 ms ÷ 10.0 ms = 1.30 | not met |",
 		"| publish.Merge/base=100000/id-check-replay |  |  |  |  |  |  | ms/op 10.0 |",
-		"| #18 WAL batch 64×1 KiB: ≥ 0.9× the pre-zeroed floor | ^peers\\.WALAppend/batch-64/rollwal$ | no x-floor-prezeroed in this run | not measured |",
+		"| #18 WAL batch 64×1 KiB: ≥ 0.9× the pre-zeroed floor | ^peers\\.WALAppend/batch-64/rollwal-steady$ | no x-floor-prezeroed in this run | not measured |",
 		"| #18 ingest: ≥ 0.9× the slower stage | bench.Ingest/producers=16/wal=none | 150k ÷ min(WAL 200k, flush 250k) = 0.75 | not met |",
 		"| #18 flush: ≥ 1.2× bare parquet-go | peers.Flush/codec=snappy/rows=100k | x-parquet-go 2.02 | **met** |",
 	} {
