@@ -20,6 +20,10 @@
 // rows' generation commits, the writer persists the highest offset per
 // source, the resume point of a restarted producer.
 //
+// Rows a producer has as NDJSON already (a JSON object a line) go as they
+// are with AppendNDJSON, which encodes nothing and takes the same session,
+// retries and results as Append.
+//
 // # TLS
 //
 // For a writer serving https (http.tls.cert_file), use an https:// base
