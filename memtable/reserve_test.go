@@ -9,25 +9,23 @@ import (
 	"github.com/rollwal/rollwal/schema"
 )
 
-// vectorCaps lists the capacity of every value slice of v, depth first.
-func vectorCaps(v *schema.Vector, out []int) []int {
-	out = append(out, cap(v.Str)+cap(v.I64)+cap(v.F64)+cap(v.Bool)+cap(v.I32)+cap(v.F32), cap(v.Offsets))
+// vectorSizes lists, for every vector of v depth first, the length (or
+// with capacity, the capacity) of its value slice and of its offsets.
+func vectorSizes(v *schema.Vector, out []int, capacity bool) []int {
+	size := func(n, c int) int {
+		if capacity {
+			return c
+		}
+		return n
+	}
+	values := size(len(v.Str), cap(v.Str)) + size(len(v.I64), cap(v.I64)) + size(len(v.F64), cap(v.F64)) +
+		size(len(v.Bool), cap(v.Bool)) + size(len(v.I32), cap(v.I32)) + size(len(v.F32), cap(v.F32))
+	out = append(out, values, size(len(v.Offsets), cap(v.Offsets)))
 	if v.Elem != nil {
-		out = vectorCaps(v.Elem, out)
+		out = vectorSizes(v.Elem, out, capacity)
 	}
 	for f := range v.Fields {
-		out = vectorCaps(&v.Fields[f], out)
-	}
-	return out
-}
-
-func vectorLens(v *schema.Vector, out []int) []int {
-	out = append(out, len(v.Str)+len(v.I64)+len(v.F64)+len(v.Bool)+len(v.I32)+len(v.F32), len(v.Offsets))
-	if v.Elem != nil {
-		out = vectorLens(v.Elem, out)
-	}
-	for f := range v.Fields {
-		out = vectorLens(&v.Fields[f], out)
+		out = vectorSizes(&v.Fields[f], out, capacity)
 	}
 	return out
 }
@@ -73,7 +71,7 @@ func TestRotateReservesLikeThePredecessor(t *testing.T) {
 	old := set.Rotate()
 	var want []int
 	for c := range old.rows.Cols {
-		want = vectorLens(&old.rows.Cols[c], want)
+		want = vectorSizes(&old.rows.Cols[c], want, false)
 	}
 	// The same rows again: the same lengths, so nothing may grow.
 	again := nestedBatch(t, rand.New(rand.NewPCG(seed, 1)), ids("b", 400)...)
@@ -82,7 +80,7 @@ func TestRotateReservesLikeThePredecessor(t *testing.T) {
 	var got []int
 	var before []uintptr
 	for c := range m.rows.Cols {
-		got = vectorCaps(&m.rows.Cols[c], got)
+		got = vectorSizes(&m.rows.Cols[c], got, true)
 		before = dataPointers(&m.rows.Cols[c], before)
 	}
 	for i := range want {
