@@ -1,6 +1,8 @@
 package catalog
 
 import (
+	"encoding/json"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -61,4 +63,67 @@ func TestRetentionBoundsSnapshots(t *testing.T) {
 		t.Fatalf("%d snapshots after expiring everything but the current one", n)
 	}
 	e.scan(tbl)
+}
+
+// expire chooses the snapshots to remove by count and age exactly: the
+// newest MaxSnapshots are kept (a snapshot being added counts as the
+// newest), the current and a tag's always, and nothing depends on the
+// clock moving between two readings of it.
+func TestExpireKeepsExactlyTheNewest(t *testing.T) {
+	e := newEnv(t)
+	var tbl *table.Table
+	for i := range 6 {
+		tbl = e.commit(BaseCommit{Files: []File{e.baseFile("s0", uint64(i+1), 1, "x"+strconv.Itoa(i), 1, uint64(i+1))}})
+	}
+	meta := tbl.Metadata()
+	snaps := meta.Snapshots() // oldest first
+	removed := func(u table.Update) []int64 {
+		if u == nil {
+			return nil
+		}
+		var out struct {
+			Action string  `json:"action"`
+			IDs    []int64 `json:"snapshot-ids"`
+		}
+		b, err := json.Marshal(u)
+		fatalIf(t, err, "encode the update")
+		fatalIf(t, json.Unmarshal(b, &out), "decode %s", b)
+		if out.Action != table.UpdateRemoveSnapshots {
+			t.Fatalf("update %s, want %s", b, table.UpdateRemoveSnapshots)
+		}
+		slices.Sort(out.IDs)
+		return out.IDs
+	}
+	ids := func(ss []table.Snapshot) []int64 {
+		var out []int64
+		for _, s := range ss {
+			out = append(out, s.SnapshotID)
+		}
+		slices.Sort(out)
+		return out
+	}
+	now := time.UnixMilli(snaps[5].TimestampMs).Add(time.Hour)
+	for _, tc := range []struct {
+		name   string
+		r      Retention
+		adding bool
+		want   []int64
+	}{
+		{"count, adding: the new one and the current", Retention{MaxSnapshots: 2}, true, ids(snaps[:5])},
+		{"count: the current and one before", Retention{MaxSnapshots: 2}, false, ids(snaps[:4])},
+		{"count of one, adding: the current goes too", Retention{MaxSnapshots: 1}, true, ids(snaps)},
+		{"age: all older than an hour but the current", Retention{MaxAge: time.Minute}, false, ids(snaps[:5])},
+		{"none", Retention{MaxSnapshots: 10}, true, nil},
+	} {
+		if got := removed(expire(meta, tc.r, now, tc.adding)); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: removed %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	tagged, err := table.UpdateTableMetadata(meta, []table.Update{
+		table.NewSetSnapshotRefUpdate("audit", snaps[1].SnapshotID, table.TagRef, 0, 0, 0)}, e.location())
+	fatalIf(t, err, "tag")
+	meta = tagged
+	if got, want := removed(expire(meta, Retention{MaxSnapshots: 2}, now, true)), ids(append(slices.Clone(snaps[:1]), snaps[2:5]...)); !slices.Equal(got, want) {
+		t.Errorf("with a tag on the second snapshot: removed %v, want %v", got, want)
+	}
 }
