@@ -98,11 +98,18 @@
 // the framed record into a buffer (compression happens before, in the
 // caller's goroutine); the order of concurrent appenders is the order in
 // which they take that lock, so callers that need an order serialize
-// themselves. A single syncer goroutine writes the buffer to the active
-// segment and, when any SyncTo caller waits, issues one fdatasync that
-// covers everything written before it started: concurrent SyncTo calls
-// share fsyncs (group commit). Appenders block while more than 8 MiB wait
-// to be written. Replay must not run over a range that RemoveThrough is
+// themselves. Records are written and synced in rounds, one at a time:
+// each takes every record in the buffer, writes it to the active segment
+// and, when any SyncTo caller waits, issues one fdatasync that covers
+// everything written before it started. A SyncTo caller that finds no
+// round running runs one itself, on its own goroutine, so that a lone
+// writer pays no hand-off; callers that come while a round runs wait for
+// the next, which the syncer goroutine runs for all of them: concurrent
+// SyncTo calls share fsyncs (group commit). Appends wake the syncer by
+// themselves only once 256 KiB are buffered (records are written behind
+// without a SyncTo from then on), and block while more than 8 MiB wait to
+// be written. The metric writer_wal_rounds_total counts rounds by who ran
+// them. Replay must not run over a range that RemoveThrough is
 // deleting.
 //
 // # Durability and failure

@@ -16,10 +16,20 @@ type metrics struct {
 	noSpace       prometheus.Counter
 	spares        prometheus.Counter
 	recycled      prometheus.Counter
+	// rounds by who ran them: the syncer, or a caller of SyncTo that
+	// found none running (see lead.go).
+	syncerRounds prometheus.Counter
+	callerRounds prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
+	rounds := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "writer_wal_rounds_total",
+		Help: "Rounds that wrote and synced WAL records, by who ran them: the syncer goroutine, or a SyncTo caller that found no round running.",
+	}, []string{"runner"}))
 	return &metrics{
+		syncerRounds: rounds.WithLabelValues("syncer"),
+		callerRounds: rounds.WithLabelValues("caller"),
 		fsyncDuration: register(reg, prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "writer_wal_fsync_duration_seconds",
 			Help: "Duration of WAL segment fsyncs.",

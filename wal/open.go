@@ -50,6 +50,7 @@ func newWAL(opts Options) (*WAL, error) {
 		codec:      c,
 		syncerDone: make(chan struct{}),
 	}
+	w.writeBehind = writeBehind
 	w.init()
 	return w, nil
 }

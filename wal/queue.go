@@ -24,14 +24,19 @@ type queue struct {
 	// or sync, and on failure.
 	progress sync.Cond
 
-	assigned   uint64 // the last position handed out; Tail
-	pending    *batch // records appended, not yet taken by the syncer
-	spare      *batch // an empty batch to swap in for pending
-	inflight   int    // bytes the syncer has taken and not yet written
-	synced     uint64 // last position known durable
-	syncWanted uint64 // highest position a SyncTo caller waits for
-	closed     bool
-	err        error // the failure, wrapping ErrFailed; permanent
+	assigned uint64 // the last position handed out; Tail
+	pending  *batch // records appended, not yet taken by the syncer
+	spare    *batch // an empty batch to swap in for pending
+	inflight int    // bytes the syncer has taken and not yet written
+	// writeBehind is how many pending bytes wake the syncer with no one
+	// waiting for them (0: any); spaceWaiters counts appenders waiting
+	// for buffer space, which wake it whatever is pending.
+	writeBehind  int
+	spaceWaiters int
+	synced       uint64 // last position known durable
+	syncWanted   uint64 // highest position a SyncTo caller waits for
+	closed       bool
+	err          error // the failure, wrapping ErrFailed; permanent
 	// held is why records cannot become durable for now while the syncer
 	// retries by itself (a full disk: ErrNoSpace; a store that does not
 	// take objects: ErrStoreDown), or nil.
@@ -97,7 +102,9 @@ func (q *queue) enqueue(c *codec, epoch, gen uint64, count uint32, p *Prepared) 
 	q.pending.data = appendRecord(q.pending.data, h, p.stored)
 	q.pending.marks = append(q.pending.marks, mark{end: len(q.pending.data), last: q.assigned})
 	q.m.records.Inc()
-	q.work.Signal()
+	if len(q.pending.data) >= q.writeBehind {
+		q.work.Signal()
+	}
 	return h.FirstPos, nil
 }
 
@@ -113,7 +120,10 @@ func (q *queue) waitForSpace(n int) error {
 		if unwritten == 0 || unwritten+n <= maxUnwritten {
 			return nil
 		}
+		q.spaceWaiters++
+		q.work.Signal() // what is pending may be below writeBehind
 		q.progress.Wait()
+		q.spaceWaiters--
 	}
 }
 

@@ -27,6 +27,7 @@ type job struct {
 	next    int  // the first of b's records not yet written
 	sync    bool // someone waits for durability (or Close does)
 	closing bool // the last round
+	synced  bool // the round ended with an fsync
 }
 
 // The wait between attempts to write while the disk is full.
@@ -40,8 +41,19 @@ func (w *WAL) runSyncer() {
 	defer w.closeFile()
 	for {
 		j, ok := w.nextJob()
-		if !ok || !w.complete(j) || j.closing {
+		if !ok {
 			return
+		}
+		w.m.syncerRounds.Inc()
+		if !w.complete(j) || j.closing {
+			return
+		}
+		w.endRound()
+		if j.synced {
+			// The fsync just released its waiters; let them run and
+			// append their next records before the next round starts,
+			// so that it covers all of them rather than the first few.
+			runtime.Gosched()
 		}
 	}
 }
@@ -51,20 +63,43 @@ func (w *WAL) runSyncer() {
 func (w *WAL) nextJob() (*job, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for w.err == nil && !w.closed && len(w.pending.data) == 0 && w.syncWanted <= w.synced {
+	for w.err == nil && !w.syncerWanted() {
 		w.work.Wait()
 	}
 	if w.err != nil {
 		return nil, false
 	}
-	j := &job{b: w.pending, sync: w.syncWanted > w.synced || w.closed, closing: w.closed}
+	w.busy = true
+	if j := w.handed; j != nil {
+		w.handed = nil
+		return j, true
+	}
+	return w.takeJob(w.syncWanted > w.synced || w.closed, w.closed), true
+}
+
+// syncerWanted reports whether the syncer has a round to run: none runs,
+// and a caller's round left it one to finish, records wait for a sync or
+// for space, enough are pending to write behind, or Close came. Callers
+// hold mu.
+func (w *WAL) syncerWanted() bool {
+	if w.busy {
+		return false
+	}
+	n := len(w.pending.data)
+	return w.handed != nil || w.closed || w.syncWanted > w.synced ||
+		n >= w.writeBehind || (n > 0 && w.spaceWaiters > 0)
+}
+
+// takeJob takes the pending batch as a round's. Callers hold mu.
+func (w *WAL) takeJob(sync, closing bool) *job {
+	j := &job{b: w.pending, sync: sync, closing: closing}
 	w.pending = w.spare
 	if w.pending == nil {
 		w.pending = new(batch)
 	}
 	w.spare = nil
 	w.inflight = len(j.b.data)
-	return j, true
+	return j
 }
 
 // complete runs j. While the disk is full it waits and tries again from the
@@ -180,12 +215,7 @@ func (w *WAL) runJob(j *job) error {
 		}
 	}
 	w.finishJob(j.b, needSync, covered)
-	if needSync {
-		// The fsync just released its waiters; let them run and append
-		// their next records before the next round starts, so that it
-		// covers all of them rather than the first few.
-		runtime.Gosched()
-	}
+	j.synced = needSync
 	if j.closing {
 		return w.cutRecycled()
 	}

@@ -32,12 +32,17 @@ type WAL struct {
 
 	written uint64 // last position written to a segment file
 	retry   bool   // the syncer's wait for space is over: try again
+	// busy: a round runs, on the syncer or on a caller of SyncTo (see
+	// lead.go); the fields owned by the round are its alone. handed is a
+	// caller's round that met a full disk, for the syncer to finish.
+	busy   bool
+	handed *job
 
 	removeMu sync.Mutex // serializes RemoveThrough
 
 	spares []spare // spares a roll may write over, oldest first; guarded by mu
 
-	// Owned by the syncer goroutine once Open returns.
+	// Owned by the running round (busy) once Open returns.
 	file       vfs.File // the active segment; nil after a roll that could not create the next
 	fileSize   int64    // bytes of records written to file: the end of data, where the next goes
 	allocated  int64    // bytes of file reserved: zero-filled (its size) or fallocated

@@ -611,8 +611,8 @@ func TestMetrics(t *testing.T) {
 			got[f.GetName()] = float64(m.GetHistogram().GetSampleCount())
 		}
 	}
-	if len(got) != 7 {
-		t.Errorf("gathered %v, want 7 metrics", got)
+	if len(got) != 8 {
+		t.Errorf("gathered %v, want 8 metrics", got)
 	}
 	// Nothing was removed, so nothing was kept or recycled (see
 	// TestRecycledSegmentReplaysOnlyNewRecords for counts that move).
