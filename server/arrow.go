@@ -15,14 +15,19 @@ import (
 	"github.com/rollwal/rollwal/schema"
 )
 
-// An Arrow stream becomes a schema batch row by row once the whole stream
-// is read, each row's values handed to Batch.AppendValues: the one
-// validation of rows (values, nullability, lists' lengths) judges Arrow and
-// NDJSON alike, without a map per row. The batch is built after the stream
-// is read so that a stream refused for its size (errDecodedTooLarge) has
-// made its values only, not a batch of them too. The stream's types are checked
-// against the table's schema first (arrowtypes.go), so that a column of a
-// type that does not fit is refused naming both types, before any value.
+// An Arrow stream becomes a schema batch a record batch at a time, column
+// by column (arrowcols.go): string and binary columns as one copy of their
+// bytes, fixed-width columns in one loop, validity bitmaps as the vectors'
+// null flags. A record batch that the columnar decode would refuse, and
+// every one after it, is read cell by cell instead, each row's values handed
+// to Batch.AppendValues once the whole stream is read: the one validation
+// of rows (values, nullability, lists' lengths) judges Arrow and NDJSON
+// alike and names the row, column and path of what it refuses. Those rows
+// are built after the stream is read so that a stream refused for its size
+// (errDecodedTooLarge) has made its values only, not a batch of them too.
+// The stream's types are checked against the table's schema first
+// (arrowtypes.go), so that a column of a type that does not fit is refused
+// naming both types, before any value.
 
 // errTooManyRows marks a request with more rows than Options.MaxRows. It is
 // checked while decoding, because a compact body (an Arrow column of short
@@ -84,22 +89,37 @@ type arrowRows struct {
 	invalid error
 	starts  []int
 
-	// While the stream is read: each row's id and values in schema
-	// order, the values of one record batch in one slice.
-	ids  []any
-	vals [][]any
+	// While the stream is read: the record batches decoded column by
+	// column, then, from the first that was read cell by cell (cells), each
+	// row's id and values in schema order, the values of one record batch
+	// in one slice.
+	columnar []*schema.Batch
+	cells    bool
+	ids      []any
+	vals     [][]any
+	byColumn int // record batches decoded by column, for tests
 }
 
-// build validates the rows read and appends them to a batch of sc, up to
-// the first that does not validate, whose error is invalid.
+// build appends the record batches decoded by column and then validates
+// the rows read cell by cell and appends them, up to the first that does
+// not validate, whose error is invalid.
 func (a *arrowRows) build(sc *schema.Schema) {
-	a.batch = sc.NewBatch(a.n)
-	for i := range a.n {
+	if len(a.columnar) == 1 {
+		a.batch = a.columnar[0] // one record batch, as most streams are: no copy
+	} else {
+		a.batch = sc.NewBatch(a.n)
+		for _, b := range a.columnar {
+			for i := range b.Len() {
+				a.batch.AppendRow(b, i)
+			}
+		}
+	}
+	for i := range a.ids {
 		if a.invalid = a.batch.AppendValues(a.ids[i], a.vals[i]); a.invalid != nil {
 			break
 		}
 	}
-	a.ids, a.vals = nil, nil
+	a.columnar, a.ids, a.vals = nil, nil, nil
 }
 
 // locate names where row i of the request came from.
@@ -117,11 +137,14 @@ func (a *arrowRows) locate(re *schema.RowError) (apiError, bool) {
 // batches (checked against what compressed buffers declare before any is
 // decompressed), rows the rows. size is the request's Content-Length, 0 or
 // less when unknown: a message that fits in it is read into a buffer of
-// its size at once.
+// its size at once. cells reads every record batch cell by cell, as one
+// the columnar decode refuses is read: tests hold the two paths to each
+// other.
 type arrowLimits struct {
 	body, decoded int64
 	rows          int
 	size          int64
+	cells         bool
 }
 
 // decodeArrow reads an Arrow IPC stream whose columns are "id" and columns
@@ -152,7 +175,7 @@ func decodeArrow(body io.Reader, sc *schema.Schema, mem memory.Allocator, lim ar
 	if err := checkArrowSchema(rd.Schema(), sc); err != nil {
 		return nil, err
 	}
-	out = &arrowRows{}
+	out = &arrowRows{cells: lim.cells}
 	vr := newValueReader(lim.decoded)
 	for batch = 0; rd.Next(); batch++ {
 		if err := out.add(rd.RecordBatch(), sc, vr, batch, lim.rows); err != nil {
@@ -227,12 +250,31 @@ func isArrowString(t arrow.Type) bool {
 	return t == arrow.STRING || t == arrow.LARGE_STRING || t == arrow.STRING_VIEW
 }
 
-// add reads the rows of record batch b, whose columns are sc's.
+// add reads the rows of record batch b, whose columns are sc's: by
+// column, unless a record batch before was read cell by cell or this one's
+// columnar decode refuses a value.
 func (a *arrowRows) add(rec arrow.RecordBatch, sc *schema.Schema, vr *valueReader, b, maxRows int) error {
 	n := rec.NumRows()
 	if int64(a.n)+n > int64(maxRows) {
 		return &arrowError{batch: b, row: -1, err: fmt.Errorf("%w: more than %d rows in the request", errTooManyRows, maxRows)}
 	}
+	if !a.cells {
+		if cb, ok := (columnar{vr}).batch(rec, sc, int(n)); ok {
+			a.columnar = append(a.columnar, cb)
+			a.byColumn++
+			a.starts = append(a.starts, a.n)
+			a.n += int(n)
+			return nil
+		}
+		a.cells = true
+	}
+	return a.addCells(rec, sc, vr, b)
+}
+
+// addCells reads the rows of record batch b a cell at a time, each value
+// as the Go value schema validation takes.
+func (a *arrowRows) addCells(rec arrow.RecordBatch, sc *schema.Schema, vr *valueReader, b int) error {
+	n := rec.NumRows()
 	names := make([]string, rec.NumCols())
 	gets := make([]getter, rec.NumCols())
 	cols := make([]int, rec.NumCols()) // schema index; -1 for the id
