@@ -249,30 +249,70 @@ func (c columnar) text(vec *schema.Vector, arr arrow.Array, isJSON bool, lo, hi 
 	if _, ok := arr.(stringArray); !ok {
 		return false
 	}
+	if isJSON && !jsonValues(arr, lo, hi, nulls) {
+		return false
+	}
 	from := len(vec.Str)
 	if !c.strs(vec, arr, lo, hi, nulls) {
 		return false
 	}
+	checked := checksUTF8(arr)
 	for j, s := range vec.Str[from:] {
 		if null(nulls, j) {
 			continue
 		}
-		if len(s) > schema.MaxValueBytes || !utf8.ValidString(s) {
-			return false
-		}
-		if isJSON && !validJSON(s) {
+		if len(s) > schema.MaxValueBytes || (!checked && !utf8.ValidString(s)) {
 			return false
 		}
 	}
 	return true
 }
 
-// validJSON is JSON text that the cell by cell path stores: no lone
-// surrogate escape (badText) and valid (json.Valid).
-func validJSON(s string) bool {
-	b := []byte(s)
-	off, _ := badText(b)
-	return off < 0 && json.Valid(b)
+// checksUTF8 reports whether the array's ValidateFull, which buffersFit
+// ran, has checked that every value is UTF-8, as arrow-go's utf8,
+// large_utf8 and utf8_view do (TestArrowColumnsDecodeAsCells holds them to
+// it): the values are not read twice.
+func checksUTF8(arr arrow.Array) bool {
+	switch arr.(type) {
+	case *array.String, *array.LargeString, *array.StringView:
+		return true
+	}
+	return false
+}
+
+// jsonValues checks JSON text in the Arrow buffer, before it is copied,
+// as the cell by cell path does: no lone surrogate escape (badText) and
+// valid (json.Valid).
+func jsonValues(arr arrow.Array, lo, hi int, nulls []bool) bool {
+	value := bytesInPlace(arr)
+	for i := lo; i < hi; i++ {
+		if null(nulls, i-lo) {
+			continue
+		}
+		b := value(i)
+		if off, _ := badText(b); off >= 0 || !json.Valid(b) {
+			return false
+		}
+	}
+	return true
+}
+
+// bytesInPlace reads a checked string array's values as bytes, in place
+// where its values lie end to end.
+func bytesInPlace(arr arrow.Array) func(int) []byte {
+	a, ok := arr.(offsetArray)
+	if !ok || arr.Len() == 0 {
+		value := inPlace(arr)
+		return func(i int) []byte { return []byte(value(i)) }
+	}
+	all, start := a.ValueBytes(), a.ValueOffset64(0)
+	return func(i int) []byte {
+		lo := a.ValueOffset64(i) - start
+		if i+1 < arr.Len() {
+			return all[lo : a.ValueOffset64(i+1)-start]
+		}
+		return all[lo:]
+	}
 }
 
 func (c columnar) binary(vec *schema.Vector, arr arrow.Array, lo, hi int, nulls []bool) bool {
@@ -309,8 +349,11 @@ func (c columnar) strs(vec *schema.Vector, arr arrow.Array, lo, hi int, nulls []
 	if c.v.charge(total) != nil {
 		return false
 	}
-	if a, ok := arr.(offsetArray); ok && hi > lo {
-		vec.Str = sliceCopy(vec.Str, a, value, lo, hi, nulls)
+	// Without nulls, the bytes of an offset-based array's values are
+	// exactly total (ValidateFull: offsets in order); with them, the bytes
+	// under a null, which nothing charges, are not copied.
+	if a, ok := arr.(offsetArray); ok && hi > lo && nulls == nil {
+		vec.Str = sliceCopy(vec.Str, a, value, lo, hi)
 		return true
 	}
 	var all strings.Builder
@@ -332,20 +375,16 @@ func (c columnar) strs(vec *schema.Vector, arr arrow.Array, lo, hi int, nulls []
 	return true
 }
 
-// sliceCopy appends values [lo, hi) of an offset-based array as slices of
-// one copy of their bytes.
-func sliceCopy(dst []string, a offsetArray, value func(int) string, lo, hi int, nulls []bool) []string {
+// sliceCopy appends values [lo, hi), none null, of an offset-based array
+// as slices of one copy of their bytes.
+func sliceCopy(dst []string, a offsetArray, value func(int) string, lo, hi int) []string {
 	first := a.ValueOffset64(lo)
 	end := a.ValueOffset64(hi-1) + int64(len(value(hi-1)))
 	start := a.ValueOffset64(0)
 	base := string(a.ValueBytes()[first-start : end-start])
 	for i := lo; i < hi; i++ {
-		s := ""
-		if !null(nulls, i-lo) {
-			at := a.ValueOffset64(i) - first
-			s = base[at : at+int64(len(value(i)))]
-		}
-		dst = append(dst, s)
+		at := a.ValueOffset64(i) - first
+		dst = append(dst, base[at:at+int64(len(value(i)))])
 	}
 	return dst
 }
@@ -469,29 +508,10 @@ func micros(x int64, unit arrow.TimeUnit) (int64, bool) {
 // run.
 func (c columnar) list(vec *schema.Vector, arr arrow.Array, col *schema.Column, lo, hi int, nulls []bool) bool {
 	a, ok := arr.(array.ListLike)
-	if !ok {
+	if !ok || !c.chargeLists(a, col.Element, lo, hi, nulls, vec.Elem) {
 		return false
 	}
-	child := a.ListValues()
-	cost := int64(slotCost)
-	if typedChild(child, col.Element) {
-		cost = 4
-	}
-	// Every row's elements are checked and charged before any is read,
-	// and the vector grown once: a stream refused for its size has not
-	// made its values first.
-	total := int64(0)
-	for i := lo; i < hi; i++ {
-		if !null(nulls, i-lo) {
-			s, e := a.ValueOffsets(i)
-			if c.v.elements(s, e, child.Len(), cost) != nil {
-				return false
-			}
-			total += e - s
-		}
-	}
-	grow(vec.Elem, int(total))
-	rows := len(vec.Offsets) - 1
+	child, rows := a.ListValues(), len(vec.Offsets)-1
 	var runLo, runHi int64 // elements not yet read
 	for i := lo; i < hi; i++ {
 		var s, e int64
@@ -512,14 +532,37 @@ func (c columnar) list(vec *schema.Vector, arr arrow.Array, col *schema.Column, 
 	return c.values(vec.Elem, child, col.Element, int(runLo), int(runHi)) && listsFit(vec, col.Element, rows)
 }
 
-// grow makes room for n more values in a vector of primitives or a
-// struct of them.
+// chargeLists checks and charges every row's elements before any is read,
+// and grows elem once for them all (16 bytes an element at most, what
+// each is charged; 4 for the typed ones): a stream refused for its size
+// has not made its values first.
+func (c columnar) chargeLists(a array.ListLike, elemCol *schema.Column, lo, hi int, nulls []bool, elem *schema.Vector) bool {
+	child := a.ListValues()
+	cost := int64(slotCost)
+	if typedChild(child, elemCol) {
+		cost = 4
+	}
+	total := int64(0)
+	for i := lo; i < hi; i++ {
+		if !null(nulls, i-lo) {
+			s, e := a.ValueOffsets(i)
+			if c.v.elements(s, e, child.Len(), cost) != nil {
+				return false
+			}
+			total += e - s
+		}
+	}
+	grow(elem, int(total))
+	return true
+}
+
+// grow makes room for n more values in a vector of primitives. A struct's
+// fields grow as its runs are read, each run charged first: growing them
+// all here would make a slot per field per element before the structs'
+// cost is charged.
 func grow(v *schema.Vector, n int) {
 	v.Str, v.I64, v.F64 = growIf(v.Str, n), growIf(v.I64, n), growIf(v.F64, n)
 	v.Bool, v.I32, v.F32 = growIf(v.Bool, n), growIf(v.I32, n), growIf(v.F32, n)
-	for f := range v.Fields {
-		grow(&v.Fields[f], n)
-	}
 }
 
 // growIf grows a vector's slice of its own type: the others are nil.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"runtime"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -149,8 +150,16 @@ func TestArrowColumnsDecodeAsCells(t *testing.T) {
 		{"a null id", arrowStream(t, with(rows, col{name: "id", typ: arrow.BinaryTypes.String, vals: []any{"a", "b", nil, "d", "e"}})), false},
 		{"a missing struct field", arrowStream(t, with(rows, col{name: "meta", typ: structOf(field("note", arrow.BinaryTypes.String)),
 			vals: []any{nil, map[string]any{"note": "x"}, nil, nil, nil}})), false},
-		{"invalid UTF-8", arrowStream(t, with(rows, col{name: "blob", typ: arrow.BinaryTypes.String,
-			vals: []any{nil, nil, nil, "\xff", nil}})), false},
+		{"invalid UTF-8", arrowStream(t, with(rows, col{name: "metadata", typ: arrow.BinaryTypes.String,
+			vals: []any{nil, nil, nil, "\"\xff\"", nil}})), false},
+		{"invalid UTF-8, large_utf8", arrowStream(t, with(rows, col{name: "metadata", typ: arrow.BinaryTypes.LargeString,
+			vals: []any{nil, nil, nil, "\"\xff\"", nil}})), false},
+		{"invalid UTF-8, utf8_view", arrowStream(t, with(rows, col{name: "metadata", typ: arrow.BinaryTypes.StringView,
+			vals: []any{nil, nil, nil, "\"\xff\"", nil}})), false},
+		{"invalid UTF-8 in a struct", arrowStream(t, with(rows, col{name: "meta", typ: structOf(field("step", arrow.PrimitiveTypes.Int32), field("note", arrow.BinaryTypes.StringView)),
+			vals: []any{nil, nil, nil, map[string]any{"step": int32(1), "note": "\xff"}, nil}})), false},
+		{"a lone surrogate in JSON", arrowStream(t, with(rows, col{name: "metadata", typ: arrow.BinaryTypes.String,
+			vals: []any{nil, nil, nil, `"\ud800"`, nil}})), false},
 	} {
 		byColumn, byCell, errColumn, errCell := decodeBoth(t, tc.body, sc)
 		sameRows(t, tc.name, byColumn, byCell, errColumn, errCell)
@@ -299,5 +308,46 @@ func TestArrowColumnsRefuseCorruptArrays(t *testing.T) {
 			}
 			t.Log(err)
 		})
+	}
+}
+
+// TestArrowColumnsCopyWhatTheyCharge: list_views that all view one child
+// range whose null value has a megabyte under it (Arrow lets a null slot
+// hold bytes) copy only the values, which the budget charges, not the
+// megabyte once per row.
+func TestArrowColumnsCopyWhatTheyCharge(t *testing.T) {
+	sc := schemaOf(t, []colSpec{{"notes", "list<string?>", true}})
+	const rows, hidden = 1000, 1 << 20
+	buf := func(b []byte) *memory.Buffer { return memory.NewBufferBytes(b) }
+	i32s := func(v ...int32) *memory.Buffer { return buf(arrow.Int32Traits.CastToBytes(v)) }
+	child := array.NewStringData(array.NewData(arrow.BinaryTypes.String, 2,
+		[]*memory.Buffer{buf([]byte{0b10}), i32s(0, hidden, hidden+1), buf(bytes.Repeat([]byte("x"), hidden+1))}, nil, 1, 0))
+	offsets, sizes := make([]int32, rows), make([]int32, rows)
+	for i := range sizes {
+		sizes[i] = 2
+	}
+	notes := array.MakeFromData(array.NewData(arrow.ListViewOf(arrow.BinaryTypes.String), rows,
+		[]*memory.Buffer{nil, i32s(offsets...), i32s(sizes...)}, []arrow.ArrayData{child.Data()}, 0, 0))
+	ids := array.NewStringBuilder(memory.DefaultAllocator)
+	for i := range rows {
+		ids.Append(fmt.Sprint("r", i))
+	}
+	fields := []arrow.Field{field("id", arrow.BinaryTypes.String), field("notes", notes.DataType())}
+	rec := array.NewRecordBatch(arrow.NewSchema(fields, nil), []arrow.Array{ids.NewArray(), notes}, rows)
+	body := arrowtest.Stream(t, rec.Schema(), []arrow.RecordBatch{rec})
+
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	got, err := decodeArrow(bytes.NewReader(body), sc, memory.DefaultAllocator, limits(8<<20, rows))
+	runtime.ReadMemStats(&after)
+	if err != nil || got.invalid != nil || got.byColumn != 1 {
+		t.Fatalf("%v %v, %d record batches by column", err, got.invalid, got.byColumn)
+	}
+	if v := got.batch.Value(0, rows-1); !reflect.DeepEqual(v, []any{nil, "x"}) {
+		t.Fatalf("last row %#v, want [nil x]", v)
+	}
+	if n, limit := after.TotalAlloc-before.TotalAlloc, uint64(4*len(body)+1<<20); n > limit {
+		t.Fatalf("decoding allocated %d bytes, want at most %d", n, limit)
 	}
 }

@@ -314,6 +314,7 @@ func FuzzArrowNested(f *testing.F) {
 		lim.decoded = 1 << 20
 		got, err := decodeArrow(bytes.NewReader(body), sc, mem, lim)
 		if err != nil {
+			checkAsCells(t, body, sc, lim, nil, err)
 			var ae *arrowError
 			if !errors.As(err, &ae) || err.Error() == "" {
 				t.Fatalf("failed decode without a located error: %v", err)
@@ -322,6 +323,7 @@ func FuzzArrowNested(f *testing.F) {
 		}
 		mem.AssertSize(t, 0)
 		checkStarts(t, got)
+		checkAsCells(t, body, sc, lim, got, nil)
 		b := checkDecoded(t, got)
 		if b == nil {
 			return
@@ -339,6 +341,15 @@ func FuzzArrowNested(f *testing.F) {
 			t.Fatalf("the rows of a good stream, as NDJSON, build another batch (%v):\n%s", err, text)
 		}
 	})
+}
+
+// checkAsCells decodes body again cell by cell and fails unless that
+// answers as the columnar decode did (got, err).
+func checkAsCells(t *testing.T, body []byte, sc *schema.Schema, lim arrowLimits, got *arrowRows, err error) {
+	t.Helper()
+	lim.cells = true
+	byCell, errCell := decodeArrow(bytes.NewReader(body), sc, memory.DefaultAllocator, lim)
+	sameRows(t, "fuzzed stream", got, byCell, err, errCell)
 }
 
 // asNDJSON writes rows as NDJSON lines; false for one that JSON cannot
