@@ -351,3 +351,36 @@ func TestArrowColumnsCopyWhatTheyCharge(t *testing.T) {
 		t.Fatalf("decoding allocated %d bytes, want at most %d", n, limit)
 	}
 }
+
+// TestArrowColumnsThenCells: when a record batch is read cell by cell
+// after others were read by column, the batch holds the rows of both, in
+// order, as a stream read wholly cell by cell does.
+func TestArrowColumnsThenCells(t *testing.T) {
+	sc := nestedSchema(t)
+	var recs []arrow.RecordBatch
+	for _, cols := range [][]col{everyType(0, "a", "b", "c"), everyType(0, "d", "e"), everyType(0, "f", "g", "h")} {
+		var fields []arrow.Field
+		for _, c := range cols {
+			fields = append(fields, arrow.Field{Name: c.name, Type: c.typ, Nullable: true})
+		}
+		rec := record(t, arrow.NewSchema(fields, nil), cols)
+		defer rec.Release()
+		recs = append(recs, rec)
+	}
+	decode := func(cellsFrom int) *arrowRows {
+		a, vr := &arrowRows{}, newValueReader(1<<30)
+		for b, rec := range recs {
+			a.cells = a.cells || b == cellsFrom
+			if err := a.add(rec, sc, vr, b, 1<<20); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a.build(sc)
+		return a
+	}
+	mixed, cells := decode(1), decode(0)
+	if mixed.byColumn != 1 || cells.byColumn != 0 {
+		t.Fatalf("%d and %d record batches by column, want 1 and 0", mixed.byColumn, cells.byColumn)
+	}
+	sameRows(t, "by column, then cell by cell", mixed, cells, nil, nil)
+}
