@@ -53,6 +53,12 @@ func (g *openFile) checkRows(d Data) error {
 			return fmt.Errorf("column %q: %w", c.Name, err)
 		}
 	}
+	return g.checkSystemColumns(d)
+}
+
+// checkSystemColumns holds ids, positions and epochs to what the footer
+// promises.
+func (g *openFile) checkSystemColumns(d Data) error {
 	m := &g.meta
 	for i, id := range d.Rows.IDs {
 		if id == "" || len(id) > schema.MaxIDBytes {

@@ -99,6 +99,17 @@
 // VerifyIndex against the IndexCRC that Write returned and the caller kept
 // outside the file (the base table keeps it in its state).
 //
+// # Copying
+//
+// OpenCopy and Copy.Place (copy.go) place a generation as a new file of
+// the same schema and codec with another Meta (a merge's base file): the
+// bytes before the footer as they are, then the footer with the new
+// rollwal.* pairs. Only id, _seq and _epoch are decoded; every page's
+// CRC-32 and the offset indexes are checked, and the id bloom filter and
+// the _seq statistics and column index are held to the values read. The
+// result is the file Write makes of the same rows and Meta, byte for byte
+// (TestCopyIsTheReencodedFile). Another schema or codec is ErrNotCopyable.
+//
 // # Concurrency
 //
 // Write, ReadMeta and Read are safe for concurrent use. The Data given to

@@ -74,13 +74,21 @@ func relOf(loc, base string) (string, error) {
 // the local base directory, or, with a store, into memory and then as an
 // object of the store. The error names the object.
 func (c *Coordinator) writeBaseFile(ctx context.Context, shard string, s *schema.Schema, meta generation.Meta, d generation.Data) (generation.File, error) {
+	return c.placeBaseFile(ctx, shard, func(opts generation.Options, dir string) (generation.File, error) {
+		return generation.Write(ctx, opts, dir, s, meta, d)
+	})
+}
+
+// placeBaseFile places the base file that write writes (with the base
+// files' options, into dir) as writeBaseFile does.
+func (c *Coordinator) placeBaseFile(ctx context.Context, shard string, write func(generation.Options, string) (generation.File, error)) (generation.File, error) {
 	gopts := generation.Options{FS: c.opts.FS, Codec: c.opts.Codec, Logger: c.opts.Logger, IndexCRCInName: true}
 	if c.opts.Store == nil {
 		dir := layout.BaseShardDataDir(c.baseDir, shard)
 		if err := vfs.MkdirAllDurable(c.opts.FS, dir, 0o755); err != nil {
 			return generation.File{}, err
 		}
-		return generation.Write(ctx, gopts, dir, s, meta, d)
+		return write(gopts, dir)
 	}
 	mem := vfs.NewStrictMem()
 	const dir = "/stage"
@@ -88,7 +96,7 @@ func (c *Coordinator) writeBaseFile(ctx context.Context, shard string, s *schema
 		return generation.File{}, err
 	}
 	gopts.FS = mem
-	f, err := generation.Write(ctx, gopts, dir, s, meta, d)
+	f, err := write(gopts, dir)
 	if err != nil {
 		return f, err
 	}

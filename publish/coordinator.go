@@ -211,6 +211,9 @@ type Coordinator struct {
 	// testHookReadBack, when set, sees the error of the read that resolves
 	// a lost commit response and returns the one to act on.
 	testHookReadBack func(err error) error
+	// testNoCopy makes Stage decode and re-encode every generation, as it
+	// did before generations were copied (copy.go).
+	testNoCopy bool
 }
 
 // New validates opts, takes the table's merge lock (waiting, by watching

@@ -31,7 +31,7 @@ import (
 type baseIndex struct {
 	ctx    context.Context
 	c      *Coordinator
-	files  []shardmeta.BaseFile
+	files  func() ([]shardmeta.BaseFile, error)
 	open   map[string]*baseFile
 	opened int
 	groups int // row groups whose id column was read
@@ -45,7 +45,7 @@ type baseFile struct {
 	seqCol int // -1 without a _seq column
 }
 
-func newBaseIndex(ctx context.Context, c *Coordinator, files []shardmeta.BaseFile) *baseIndex {
+func newBaseIndex(ctx context.Context, c *Coordinator, files func() ([]shardmeta.BaseFile, error)) *baseIndex {
 	return &baseIndex{ctx: ctx, c: c, files: files, open: map[string]*baseFile{}}
 }
 
@@ -87,7 +87,11 @@ func (x *baseIndex) contains(q idQuery) (map[string]struct{}, error) {
 	if len(q.ids) == 0 {
 		return found, nil
 	}
-	for _, bf := range x.files {
+	files, err := x.files()
+	if err != nil {
+		return nil, err
+	}
+	for _, bf := range files {
 		if !q.mayHold(bf) {
 			continue
 		}

@@ -9,6 +9,7 @@ import (
 type metrics struct {
 	plans       prometheus.Counter
 	generations *prometheus.CounterVec // path: lookup_free | id_check
+	copied      prometheus.Counter
 	rowsIn      prometheus.Counter
 	rowsOut     prometheus.Counter
 	dropped     *prometheus.CounterVec // reason: in_base | in_pass
@@ -26,6 +27,8 @@ func newMetrics(reg prometheus.Registerer, table string) (*metrics, error) {
 			Help: "Merge plans made.", ConstLabels: cl}),
 		generations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rollwal_publish_generations_staged_total",
 			Help: "Generations staged, by path (lookup_free or id_check).", ConstLabels: cl}, []string{"path"}),
+		copied: prometheus.NewCounter(prometheus.CounterOpts{Name: "rollwal_publish_generations_copied_total",
+			Help: "Lookup-free generations placed as base files as they are, their column chunks copied, not re-encoded.", ConstLabels: cl}),
 		rowsIn: prometheus.NewCounter(prometheus.CounterOpts{Name: "rollwal_publish_rows_read_total",
 			Help: "Rows read from planned generations.", ConstLabels: cl}),
 		rowsOut: prometheus.NewCounter(prometheus.CounterOpts{Name: "rollwal_publish_rows_staged_total",
@@ -74,6 +77,7 @@ func newMetrics(reg prometheus.Registerer, table string) (*metrics, error) {
 	}
 	reuse(&m.plans, m.plans)
 	reuse(&m.generations, m.generations)
+	reuse(&m.copied, m.copied)
 	reuse(&m.rowsIn, m.rowsIn)
 	reuse(&m.rowsOut, m.rowsOut)
 	reuse(&m.dropped, m.dropped)

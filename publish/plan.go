@@ -77,6 +77,18 @@ func (p *Plan) generationCount() int {
 	return n
 }
 
+// rowCount is the rows the plan's generations hold, as their manifests
+// record them.
+func (p *Plan) rowCount() int64 {
+	var n int64
+	for _, sp := range p.Shards {
+		for _, g := range sp.Generations {
+			n += g.Rows
+		}
+	}
+	return n
+}
+
 // generations returns the planned generations of shard.
 func (p *Plan) generations(shard string) []PlannedGeneration {
 	for _, sp := range p.Shards {

@@ -28,6 +28,9 @@ type Staged struct {
 	// BaseRowGroupsRead the row groups whose id column was read to confirm
 	// bloom-filter hits.
 	BaseFilesOpened, BaseRowGroupsRead int
+	// Copied counts the generations placed as they are, their column
+	// chunks copied rather than decoded and re-encoded (copy.go).
+	Copied int
 }
 
 // StagedPart is one shard's staged prefix: generations First..Last of the
@@ -49,7 +52,9 @@ type StagedPart struct {
 // Each generation is read with the schema in its own footer and its rows
 // converted to the plan's (plan.Schema), in which the base files are
 // written; a generation in a newer schema version fails the pass with
-// ErrSchemaMoved.
+// ErrSchemaMoved. A lookup-free generation whose rows are all new, already
+// in the pass's schema and codec, is copied into its base file instead
+// (copy.go).
 func (c *Coordinator) Stage(ctx context.Context, plan *Plan) (*Staged, error) {
 	if plan.Schema == nil || plan.SchemaVersion < 1 {
 		return nil, fmt.Errorf("publish: the plan has no schema (schema version %d); make plans with Plan", plan.SchemaVersion)
@@ -67,14 +72,17 @@ func (c *Coordinator) Stage(ctx context.Context, plan *Plan) (*Staged, error) {
 			return nil, fmt.Errorf("%w: shard %q: plan does not match the durable cutoff", ErrBaseMoved, sp.Shard)
 		}
 	}
-	base, err := c.loadBase(ctx, st.Version)
-	if err != nil {
-		return nil, err
-	}
-	idx := newBaseIndex(ctx, c, base.files)
+	// Only the ID check needs the base's files: they load while
+	// lookup-free generations stage, and the stage fails, as before, when
+	// they do not.
+	base := c.loadBaseFiles(ctx, st.Version)
+	defer base.wait()
+	idx := newBaseIndex(ctx, c, base.wait)
 	defer idx.close()
 	out := &Staged{Plan: plan, Complete: true}
-	seen := map[string]struct{}{}
+	// Sized for the whole plan: growing it a generation at a time costs
+	// more than a lookup-free generation's copy.
+	seen := newPassIDs(min(plan.rowCount(), c.opts.MemoryBudget/64))
 	var used int64
 	done, total := 0, plan.generationCount()
 	defer func() { out.BaseFilesOpened, out.BaseRowGroupsRead = idx.opened, idx.groups }()
@@ -107,14 +115,22 @@ stage:
 	}
 	c.log.Info("staged", "parts", len(out.Parts), "complete", out.Complete, "rows_read", out.RowsRead,
 		"rows_staged", out.RowsStaged, "dropped_in_base", out.DroppedInBase, "dropped_in_pass", out.DroppedInPass,
-		"base_files_opened", idx.opened, "base_row_groups_read", idx.groups)
+		"base_files_opened", idx.opened, "base_row_groups_read", idx.groups, "copied", out.Copied)
+	if _, err := base.wait(); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
 // stageGeneration stages one generation, its rows converted to the pass's
-// schema ps, and returns the bytes it held.
+// schema ps, and returns the bytes it held (a copied one: its file size).
 func (c *Coordinator) stageGeneration(ctx context.Context, ps passSchema, shard string, pg PlannedGeneration, idx *baseIndex,
-	seen map[string]struct{}, part *StagedPart, out *Staged) (int64, error) {
+	seen *passIDs, part *StagedPart, out *Staged) (int64, error) {
+	if c.copyable(ps, pg) {
+		if n, ok, err := c.stageCopy(ctx, ps, shard, pg, seen, part, out); ok || err != nil {
+			return n, err
+		}
+	}
 	meta, d, src, err := c.readGeneration(ctx, ps, shard, pg)
 	if err != nil {
 		return 0, fmt.Errorf("publish: shard %q generation %d: %w", shard, pg.Number, err)
@@ -137,11 +153,10 @@ func (c *Coordinator) stageGeneration(ctx context.Context, ps passSchema, shard 
 	}()
 	lo, hi := uint64(math.MaxUint64), uint64(0)
 	for i, id := range d.Rows.IDs {
-		if _, dup := seen[id]; dup {
+		if seen.add(id) {
 			inPass++
 			continue
 		}
-		seen[id] = struct{}{}
 		keep[i] = true
 		fresh = append(fresh, id)
 		lo, hi = min(lo, d.Seq[i]), max(hi, d.Seq[i])
@@ -164,11 +179,7 @@ func (c *Coordinator) stageGeneration(ctx context.Context, ps passSchema, shard 
 	}
 	c.metrics.generations.WithLabelValues(path).Inc()
 	kept := filter(ps.schema, d, keep)
-	if part.First == 0 {
-		part.First = pg.Number
-	}
-	part.Last = pg.Number
-	part.Generations = append(part.Generations, pg.Number)
+	addGeneration(part, pg.Number)
 	if kept.Rows.Len() == 0 {
 		c.log.Debug("generation holds no new rows", "shard", shard, "generation", pg.Number, "path", path)
 		return size, nil
@@ -184,6 +195,42 @@ func (c *Coordinator) stageGeneration(ctx context.Context, ps passSchema, shard 
 	c.log.Debug("staged generation file", "shard", shard, "generation", pg.Number, "path", path, "reason", pg.Reason,
 		"rows", n, "kept", f.Meta.Rows, "file", f.Name)
 	return size, nil
+}
+
+// pendingBase is the base's files, loading.
+type pendingBase struct {
+	done  chan struct{}
+	files []shardmeta.BaseFile
+	err   error
+}
+
+// loadBaseFiles starts loading the files of the base at version.
+func (c *Coordinator) loadBaseFiles(ctx context.Context, version uint64) *pendingBase {
+	p := &pendingBase{done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		b, err := c.loadBase(ctx, version)
+		if err == nil {
+			p.files = b.files
+		}
+		p.err = err
+	}()
+	return p
+}
+
+// wait returns the files once loaded.
+func (p *pendingBase) wait() ([]shardmeta.BaseFile, error) {
+	<-p.done
+	return p.files, p.err
+}
+
+// addGeneration adds generation g, the next of the plan, to part.
+func addGeneration(part *StagedPart, g uint64) {
+	if part.First == 0 {
+		part.First = g
+	}
+	part.Last = g
+	part.Generations = append(part.Generations, g)
 }
 
 // filter returns the rows of d that keep marks, in schema s.

@@ -13,14 +13,11 @@ import (
 // type is unchanged are shared with b, not copied. When the two schemas
 // are the same (ids, names, types and nullability), b itself is returned.
 func Convert(b *Batch, to *Schema) (*Batch, error) {
-	if b.Schema == to {
+	if Same(b.Schema, to) {
 		return b, nil
 	}
 	from, _ := WithFieldIDs(b.Schema.Columns)
 	target, _ := WithFieldIDs(to.Columns)
-	if sameColumns(from, target) {
-		return b, nil
-	}
 	if len(b.Cols) != len(from) {
 		return nil, fmt.Errorf("schema: convert: %d vectors for %d columns", len(b.Cols), len(from))
 	}
@@ -47,6 +44,20 @@ func Convert(b *Batch, to *Schema) (*Batch, error) {
 
 // sameColumns reports whether a and b have the same ids, names, types and
 // nullability, nested parts included. Docs and aliases do not count.
+// Same reports whether rows of a are rows of b as they are: the same
+// columns, by field id (WithFieldIDs' ids for a schema without them),
+// name, type and nullability, nested parts included. Convert from a to b
+// is then the identity, and a file written in a holds what one written in
+// b would.
+func Same(a, b *Schema) bool {
+	if a == b {
+		return true
+	}
+	from, _ := WithFieldIDs(a.Columns)
+	to, _ := WithFieldIDs(b.Columns)
+	return sameColumns(from, to)
+}
+
 func sameColumns(a, b []Column) bool {
 	return slices.EqualFunc(a, b, func(x, y Column) bool { return samePart(&x, &y) })
 }
