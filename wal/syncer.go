@@ -90,8 +90,15 @@ func (w *WAL) syncerWanted() bool {
 		n >= w.writeBehind || (n > 0 && w.spaceWaiters > 0)
 }
 
-// takeJob takes the pending batch as a round's. Callers hold mu.
+// takeJob takes the pending batch as a round's, and makes the WAL
+// grouped or lone by the callers that waited for it (lead.go). Callers
+// hold mu.
 func (w *WAL) takeJob(sync, closing bool) *job {
+	w.grouped, w.callers = w.callers > 1, 0
+	w.writeBehind = writeBehind
+	if w.grouped {
+		w.writeBehind = 0
+	}
 	j := &job{b: w.pending, sync: sync, closing: closing}
 	w.pending = w.spare
 	if w.pending == nil {

@@ -37,6 +37,11 @@ type WAL struct {
 	// caller's round that met a full disk, for the syncer to finish.
 	busy   bool
 	handed *job
+	// callers counts the SyncTo calls that needed a round since the last
+	// was taken; grouped: more than one needed the last round, so the
+	// syncer runs them all (see lead.go). Guarded by mu.
+	callers int
+	grouped bool
 
 	removeMu sync.Mutex // serializes RemoveThrough
 
