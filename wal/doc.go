@@ -101,16 +101,16 @@
 // themselves. Records are written and synced in rounds, one at a time:
 // each takes every record in the buffer, writes it to the active segment
 // and, when any SyncTo caller waits, issues one fdatasync that covers
-// everything written before it started. A SyncTo caller that finds no
-// round running runs one itself, on its own goroutine, so that a lone
-// writer pays no hand-off; callers that come while a round runs wait for
-// the next, which the syncer goroutine runs for all of them: concurrent
-// SyncTo calls share fsyncs (group commit). Appends wake the syncer by
-// themselves only once 256 KiB are buffered (records are written behind
-// without a SyncTo from then on), and block while more than 8 MiB wait to
-// be written. The metric writer_wal_rounds_total counts rounds by who ran
-// them. Replay must not run over a range that RemoveThrough is
-// deleting.
+// everything written before it started. While the WAL has a lone writer
+// (the last round was waited for by one SyncTo caller), a caller that
+// finds no round running runs one itself, on its own goroutine, and pays
+// no hand-off; appends then wake the syncer only once 256 KiB are
+// buffered. Once a round was waited for by more than one caller, the
+// single syncer goroutine runs every round, each append waking it to write
+// behind: concurrent SyncTo calls share fsyncs (group commit). Appenders
+// block while more than 8 MiB wait to be written. The metric
+// writer_wal_rounds_total counts rounds by who ran them. Replay must not
+// run over a range that RemoveThrough is deleting.
 //
 // # Durability and failure
 //

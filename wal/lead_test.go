@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -153,4 +154,89 @@ func TestCloseDuringCallerRounds(t *testing.T) {
 			checkClone(t, mem.CrashClone(), acked)
 		})
 	}
+}
+
+// syncGate wraps an FS so that, while armed, the next fsync of a file
+// created through it says so on entered and waits for release.
+type syncGate struct {
+	vfs.FS
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+type gatedFile struct {
+	vfs.File
+	g *syncGate
+}
+
+func (g *syncGate) Create(name string) (vfs.File, error) {
+	f, err := g.FS.Create(name)
+	if err != nil {
+		return nil, err
+	}
+	return &gatedFile{File: f, g: g}, nil
+}
+
+func (f *gatedFile) Sync() error {
+	if f.g.armed.CompareAndSwap(true, false) {
+		f.g.entered <- struct{}{}
+		<-f.g.release
+	}
+	return f.File.Sync()
+}
+
+// Callers that come while a caller's round runs make the WAL grouped: the
+// syncer runs their round (and every round until one caller alone waits
+// for one); a lone writer runs its rounds itself again afterwards.
+func TestGroupedThenLoneAgain(t *testing.T) {
+	g := &syncGate{FS: vfs.NewStrictMem(), entered: make(chan struct{}), release: make(chan struct{})}
+	w := open(t, g, 1, preallocate(-1))
+	defer mustClose(t, w)
+	appendAndSync := func() error {
+		first, err := w.Append(1, 1, payloadFor(0, 0))
+		if err == nil {
+			err = w.SyncTo(first)
+		}
+		return err
+	}
+	g.armed.Store(true)
+	errs := make(chan error, 3)
+	go func() { errs <- appendAndSync() }()
+	<-g.entered // the first caller runs its round, held in its fsync
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() { errs <- appendAndSync() })
+	}
+	waitFor(t, func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.callers == 2
+	})
+	close(g.release)
+	wg.Wait()
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := testutil.ToFloat64(w.m.syncerRounds); n < 1 {
+		t.Fatalf("%v rounds run by the syncer after two callers waited for one", n)
+	}
+	w.mu.Lock()
+	grouped := w.grouped
+	w.mu.Unlock()
+	if !grouped {
+		t.Fatal("the WAL is not grouped after a round two callers waited for")
+	}
+	before := testutil.ToFloat64(w.m.callerRounds)
+	for range 200 {
+		if err := appendAndSync(); err != nil {
+			t.Fatal(err)
+		}
+		if testutil.ToFloat64(w.m.callerRounds) > before {
+			return
+		}
+	}
+	t.Fatal("a lone writer ran no round itself in 200 appends after the group")
 }

@@ -25,7 +25,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) *metrics {
 	rounds := register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "writer_wal_rounds_total",
-		Help: "Rounds that wrote and synced WAL records, by who ran them: the syncer goroutine, or a SyncTo caller that found no round running.",
+		Help: "Rounds that wrote and synced WAL records, by who ran them: the syncer goroutine, or a SyncTo caller that found no round running while the WAL had a lone writer.",
 	}, []string{"runner"}))
 	return &metrics{
 		syncerRounds: rounds.WithLabelValues("syncer"),

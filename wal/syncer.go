@@ -91,13 +91,16 @@ func (w *WAL) syncerWanted() bool {
 }
 
 // takeJob takes the pending batch as a round's, and makes the WAL
-// grouped or lone by the callers that waited for it (lead.go). Callers
-// hold mu.
+// grouped or lone by the callers that waited for it (lead.go); a round no
+// caller asked for since the last (written behind, or syncing for callers
+// counted then) leaves it as it is. Callers hold mu.
 func (w *WAL) takeJob(sync, closing bool) *job {
-	w.grouped, w.callers = w.callers > 1, 0
-	w.writeBehind = writeBehind
-	if w.grouped {
-		w.writeBehind = 0
+	if w.callers > 0 {
+		w.grouped, w.callers = w.callers > 1, 0
+		w.writeBehind = writeBehind
+		if w.grouped {
+			w.writeBehind = 0
+		}
 	}
 	j := &job{b: w.pending, sync: sync, closing: closing}
 	w.pending = w.spare
