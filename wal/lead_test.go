@@ -186,9 +186,12 @@ func (f *gatedFile) Sync() error {
 	return f.File.Sync()
 }
 
-// Callers that come while a caller's round runs make the WAL grouped: the
-// syncer runs their round (and every round until one caller alone waits
-// for one); a lone writer runs its rounds itself again afterwards.
+// Callers that come while a caller's round runs wait for the syncer's
+// round, which makes the WAL grouped (until a round one caller alone, or
+// none, asked for); a lone writer runs its rounds itself again afterwards.
+// Whether the WAL is still grouped when the callers return is not tested:
+// a round that only syncs, for a caller counted in the one before, may
+// have made it lone.
 func TestGroupedThenLoneAgain(t *testing.T) {
 	g := &syncGate{FS: vfs.NewStrictMem(), entered: make(chan struct{}), release: make(chan struct{})}
 	w := open(t, g, 1, preallocate(-1))
@@ -222,12 +225,6 @@ func TestGroupedThenLoneAgain(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(w.m.syncerRounds); n < 1 {
 		t.Fatalf("%v rounds run by the syncer after two callers waited for one", n)
-	}
-	w.mu.Lock()
-	grouped := w.grouped
-	w.mu.Unlock()
-	if !grouped {
-		t.Fatal("the WAL is not grouped after a round two callers waited for")
 	}
 	before := testutil.ToFloat64(w.m.callerRounds)
 	for range 200 {
