@@ -58,6 +58,7 @@ var sentinels = []sentinel{
 
 	// generation
 	{"generation.ErrCorrupt", generation.ErrCorrupt, errs.Corruption, "generation: corrupt file"},
+	{"generation.ErrNotCopyable", generation.ErrNotCopyable, errs.InvalidInput, "generation: not copyable as it is"},
 	{"*generation.CorruptError", &generation.CorruptError{Path: "p", Reason: "no footer"}, errs.Corruption,
 		"generation: corrupt file p: no footer"},
 

@@ -17,6 +17,7 @@ import (
 	"github.com/parquet-go/parquet-go/encoding/thrift"
 	"github.com/parquet-go/parquet-go/format"
 
+	"github.com/rollwal/rollwal/errs"
 	"github.com/rollwal/rollwal/schema"
 	"github.com/rollwal/rollwal/vfs"
 )
@@ -40,7 +41,8 @@ import (
 
 // ErrNotCopyable: the generation cannot be copied as it is (another
 // schema or codec, or pages without checksums); decode and re-encode it.
-var ErrNotCopyable = errors.New("generation: not copyable as it is")
+// InvalidInput: the same file is refused again.
+var ErrNotCopyable = errs.New(errs.InvalidInput, "generation: not copyable as it is")
 
 // Copy is a generation opened by OpenCopy: its footer validated, its
 // pages checked, and its ids, positions and epochs read.
