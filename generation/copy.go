@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -19,7 +18,6 @@ import (
 
 	"github.com/rollwal/rollwal/errs"
 	"github.com/rollwal/rollwal/schema"
-	"github.com/rollwal/rollwal/vfs"
 )
 
 // Copying a generation. A base file is a file of this format too, and when
@@ -361,9 +359,6 @@ func (c *Copy) Place(ctx context.Context, opts Options, dir string, meta Meta) (
 	if err != nil {
 		return File{}, err
 	}
-	attempt := newAttempt()
-	name := Name(meta.Generation, meta.Epoch, attempt)
-	file := File{Meta: meta}
 	write := func(w io.Writer) error {
 		if _, err := io.Copy(w, io.NewSectionReader(c.g.r, 0, c.footerAt)); err != nil {
 			return err
@@ -371,16 +366,10 @@ func (c *Copy) Place(ctx context.Context, opts Options, dir string, meta Meta) (
 		_, err := w.Write(footer)
 		return err
 	}
-	seal := func(f vfs.File, size int64) (final string, err error) {
-		if file.IndexCRC, err = IndexCRC(f, size); err != nil || !opts.IndexCRCInName {
-			return name, err
-		}
-		return BaseName(meta.Generation, meta.Epoch, attempt, file.IndexCRC), nil
+	file, err := placeFile(ctx, opts, dir, meta, write, "copy")
+	if err != nil {
+		return File{}, err
 	}
-	if file.Size, file.Name, err = writeDurably(ctx, opts, dir, name, write, seal); err != nil {
-		return File{}, fmt.Errorf("generation: copy %s: %w", filepath.Join(dir, name), err)
-	}
-	file.Path = filepath.Join(dir, file.Name)
 	opts.Logger.Debug("generation copied", "path", file.Path, "from", c.g.path, "rows", meta.Rows, "bytes", file.Size)
 	return file, nil
 }

@@ -150,22 +150,35 @@ func Write(ctx context.Context, opts Options, dir string, s *schema.Schema, meta
 	if err != nil {
 		return File{}, err
 	}
+	encodeTo := func(w io.Writer) error { return encode(ctx, w, opts, lay, s, &meta, d) }
+	file, err := placeFile(ctx, opts, dir, meta, encodeTo, "write")
+	if err != nil {
+		return File{}, err
+	}
+	opts.Logger.Debug("generation written", "path", file.Path, "rows", meta.Rows,
+		"bytes", file.Size, "codec", opts.Codec, "duration", time.Since(start))
+	return file, nil
+}
+
+// placeFile writes the file of generation meta into dir with write,
+// durably (writeDurably), under its final name: with the index checksum in
+// it when opts say so. Write and Copy.Place share it; verb names the work
+// in errors.
+func placeFile(ctx context.Context, opts Options, dir string, meta Meta, write func(io.Writer) error, verb string) (File, error) {
 	attempt := newAttempt()
 	name := Name(meta.Generation, meta.Epoch, attempt)
 	file := File{Meta: meta}
-	encodeTo := func(w io.Writer) error { return encode(ctx, w, opts, lay, s, &meta, d) }
 	seal := func(f vfs.File, size int64) (final string, err error) {
 		if file.IndexCRC, err = IndexCRC(f, size); err != nil || !opts.IndexCRCInName {
 			return name, err
 		}
 		return BaseName(meta.Generation, meta.Epoch, attempt, file.IndexCRC), nil
 	}
-	if file.Size, file.Name, err = writeDurably(ctx, opts, dir, name, encodeTo, seal); err != nil {
-		return File{}, fmt.Errorf("generation: write %s: %w", filepath.Join(dir, name), err)
+	var err error
+	if file.Size, file.Name, err = writeDurably(ctx, opts, dir, name, write, seal); err != nil {
+		return File{}, fmt.Errorf("generation: %s %s: %w", verb, filepath.Join(dir, name), err)
 	}
 	file.Path = filepath.Join(dir, file.Name)
-	opts.Logger.Debug("generation written", "path", file.Path, "rows", meta.Rows,
-		"bytes", file.Size, "codec", opts.Codec, "duration", time.Since(start))
 	return file, nil
 }
 
