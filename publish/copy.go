@@ -1,69 +1,76 @@
 package publish
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
+	"math"
 
 	"github.com/rollwal/rollwal/generation"
 	"github.com/rollwal/rollwal/layout"
 	"github.com/rollwal/rollwal/shardmeta"
 )
 
-// A generation placed as it is. The base file of a lookup-free generation
-// whose rows are all new to the pass, already in the pass's schema and
-// codec, holds the generation's column chunks: decoding and re-encoding
-// them would write the same bytes (generation.TestCopyIsTheReencodedFile).
-// So such a generation is copied (generation.OpenCopy, Copy.Place): only
-// its id, _seq and _epoch columns are decoded, for the pass's dedupe and
-// the file's seq range, and every page's checksum is checked as a decode
-// would check it. Any other generation, or one the copy finds unfit (a
-// duplicate id, another codec), takes the decode path, which reads it
-// again.
+// A generation placed as it is. The base file of a generation whose rows
+// are all new to the pass and, for an ID-check generation, to the base,
+// already in the pass's schema and codec, holds the generation's column
+// chunks: decoding and re-encoding them would write the same bytes
+// (generation.TestCopyIsTheReencodedFile). So such a generation is copied
+// (generation.OpenCopy, Copy.Place): only its id, _seq and _epoch columns
+// are decoded, for the ID check, the pass's dedupe and the file's seq
+// range, and every page's checksum is checked as a decode would check it.
+// Any other generation, or one the copy finds unfit (an id already in the
+// base or the pass, another codec), takes the decode path, which reads it
+// again; the ID check's answer is handed to it, not asked twice.
 
-// copyable reports whether pg may be copied: it is lookup-free (an ID
-// check may drop rows, which a copy cannot) and not in a newer schema
+// copyable reports whether pg may be copied: it is not in a newer schema
 // version than the pass's (the decode path refuses that with
 // ErrSchemaMoved).
 func (c *Coordinator) copyable(ps passSchema, pg PlannedGeneration) bool {
-	return !c.testNoCopy && !pg.IDCheck && generationVersion(pg.Generation) <= ps.version
+	return !c.testNoCopy && generationVersion(pg.Generation) <= ps.version
 }
 
 // stageCopy stages pg by copying it, and reports false, having changed
-// nothing, when it cannot be copied.
-func (c *Coordinator) stageCopy(ctx context.Context, ps passSchema, shard string, pg PlannedGeneration,
-	seen *passIDs, part *StagedPart, out *Staged) (int64, bool, error) {
-	r, size, src, closer, err := c.openGeneration(ctx, shard, pg)
-	if err != nil {
-		return 0, false, nil // the decode path reports it
-	}
-	defer closer.Close()
-	cp, err := generation.OpenCopy(r, size, src, ps.schema, c.opts.Codec)
+// nothing, when it cannot be copied; then inBase, when not nil, is the
+// ID check's answer for pg's ids, for the decode path.
+func (c *Coordinator) stageCopy(ctx context.Context, ps passSchema, src *source, shard string, pg PlannedGeneration, idx *baseIndex,
+	seen *passIDs, part *StagedPart, out *Staged) (_ int64, copied bool, inBase map[string]struct{}, _ error) {
+	cp, err := generation.OpenCopy(src.r, src.size, src.name, ps.schema, c.opts.Codec)
 	if errors.Is(err, generation.ErrNotCopyable) {
 		c.log.Debug("generation not copyable", "shard", shard, "generation", pg.Number, "why", err)
-		return 0, false, nil
+		return 0, false, nil, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("publish: shard %q generation %d: %w", shard, pg.Number, err)
+		return 0, false, nil, fmt.Errorf("publish: shard %q generation %d: %w", shard, pg.Number, err)
 	}
 	if cp.Meta.Generation != pg.Number {
-		return 0, false, fmt.Errorf("publish: shard %q: file %s holds generation %d, the manifest says %d", shard, src, cp.Meta.Generation, pg.Number)
+		return 0, false, nil, fmt.Errorf("publish: shard %q: file %s holds generation %d, the manifest says %d", shard, src.name, cp.Meta.Generation, pg.Number)
+	}
+	path := "lookup_free"
+	if pg.IDCheck {
+		path = "id_check"
+		in, err := idx.contains(copyQuery(shard, cp))
+		if err != nil {
+			return 0, false, nil, fmt.Errorf("publish: shard %q generation %d: ID check: %w", shard, pg.Number, err)
+		}
+		if len(in) > 0 {
+			return 0, false, in, nil // rows to drop: the decode path drops them
+		}
+		inBase = in
 	}
 	if !seen.claim(cp.IDs, cp.Hashes) {
-		return 0, false, nil // a duplicate, which the decode path drops
+		return 0, false, inBase, nil // a duplicate, which the decode path drops
 	}
 	n := int64(len(cp.IDs))
 	out.RowsRead += n
 	c.metrics.rowsIn.Add(float64(n))
-	c.metrics.generations.WithLabelValues("lookup_free").Inc()
+	c.metrics.generations.WithLabelValues(path).Inc()
 	meta := generation.Meta{Table: c.opts.Table, Shard: shard, Generation: pg.Number, Epoch: cp.Meta.Epoch}
 	f, err := c.placeBaseFile(ctx, shard, func(opts generation.Options, dir string) (generation.File, error) {
 		return cp.Place(ctx, opts, dir, meta)
 	})
 	if err != nil {
-		return 0, false, fmt.Errorf("publish: shard %q generation %d: copy into a base file: %w", shard, pg.Number, err)
+		return 0, false, nil, fmt.Errorf("publish: shard %q generation %d: copy into a base file: %w", shard, pg.Number, err)
 	}
 	addGeneration(part, pg.Number)
 	part.Files = append(part.Files, shardmeta.BaseFile{Path: layout.BaseFileRel(shard, f.Name), Rows: f.Meta.Rows, Bytes: f.Size,
@@ -72,9 +79,19 @@ func (c *Coordinator) stageCopy(ctx context.Context, ps passSchema, shard string
 	out.Copied++
 	c.metrics.rowsOut.Add(float64(f.Meta.Rows))
 	c.metrics.copied.Inc()
-	c.log.Debug("staged generation file", "shard", shard, "generation", pg.Number, "path", "copy",
+	c.log.Debug("staged generation file", "shard", shard, "generation", pg.Number, "path", path, "copied", true,
 		"rows", n, "file", f.Name)
-	return size, true, nil
+	return src.size, true, nil, nil
+}
+
+// copyQuery is the ID check of copied generation cp: all its ids, their
+// hashes as the copy computed them.
+func copyQuery(shard string, cp *generation.Copy) idQuery {
+	q := idQuery{shard: shard, ids: cp.IDs, hashes: cp.Hashes, lo: math.MaxUint64}
+	for _, s := range cp.Seq {
+		q.lo, q.hi = min(q.lo, s), max(q.hi, s)
+	}
+	return q
 }
 
 // passIDs are the ids a pass has staged, for its dedupe: exact, for the
@@ -130,34 +147,4 @@ func (p *passIDs) claim(ids []string, hashes []uint64) bool {
 	}
 	p.pending = append(p.pending, ids)
 	return true
-}
-
-// openGeneration opens planned generation pg of shard for reading: the
-// local file, or the store's object read whole (its ranged reads would
-// be a GET each). src names it in errors.
-func (c *Coordinator) openGeneration(ctx context.Context, shard string, pg PlannedGeneration) (r io.ReaderAt, size int64, src string, closer io.Closer, err error) {
-	if c.opts.Store == nil {
-		f, err := c.opts.FS.Open(pg.Path)
-		if err != nil {
-			return nil, 0, pg.Path, nil, err
-		}
-		st, err := f.Stat()
-		if err != nil {
-			_ = f.Close()
-			return nil, 0, pg.Path, nil, err
-		}
-		return f, st.Size(), pg.Path, f, nil
-	}
-	key := layout.GenerationKey(c.opts.Table, shard, pg.File)
-	src = objectURL(c.opts.Store, key)
-	obj, err := c.opts.Store.Open(ctx, key)
-	if err != nil {
-		return nil, 0, src, nil, err
-	}
-	defer obj.Close()
-	b, err := fetchObject(obj)
-	if err != nil {
-		return nil, 0, src, nil, err
-	}
-	return bytes.NewReader(b), int64(len(b)), src, io.NopCloser(bytes.NewReader(b)), nil
 }

@@ -188,10 +188,27 @@ func TestStageCopiesOnlyWhenEveryRowIsKept(t *testing.T) {
 		e.putGenerations(3, 6, genSpec{v1, 1, rowsOf("b", 30, 1)}, genSpec{v1, 1, rowsOf("c", 20, 1)})
 		wantStaged(t, stagePlan(t, e, c, false), 2, 50, 0)
 	})
-	t.Run("id check", func(t *testing.T) {
+	t.Run("id check, none in the base", func(t *testing.T) {
 		e, c, v1 := copyEnv(t)
 		e.putGenerations(3, 6, genSpec{v1, 1, rowsOf("b", 30, 1)}, genSpec{v1, 1, rowsOf("c", 20, 1)})
-		wantStaged(t, stagePlan(t, e, c, true), 0, 50, 0)
+		wantStaged(t, stagePlan(t, e, c, true), 2, 50, 0)
+	})
+	t.Run("id check, a row in the base", func(t *testing.T) {
+		e, c, v1 := copyEnv(t)
+		// a-4 replayed at its position (5) in generation 1's base file.
+		replayed := append(rowsOf("a", 5, 1)[4:], rowsOf("b", 30, 1)...)
+		e.putGenerations(3, 5, genSpec{v1, 1, replayed}, genSpec{v1, 1, rowsOf("c", 20, 1)})
+		s := stagePlan(t, e, c, true)
+		if s.Copied != 1 || s.RowsStaged != 50 || s.DroppedInBase != 1 || s.DroppedInPass != 0 {
+			t.Fatalf("copied %d generations, staged %d rows, dropped %d in the base and %d in the pass; want 1, 50, 1, 0",
+				s.Copied, s.RowsStaged, s.DroppedInBase, s.DroppedInPass)
+		}
+		if f := stagedFiles(s); len(f) != 2 || f[0].Rows != 30 || f[1].Rows != 20 {
+			t.Fatalf("staged %+v, want generation 3 without a-4 and generation 4 whole", f)
+		}
+		if s.BaseRowGroupsRead != 1 {
+			t.Fatalf("read %d base row groups' ids, want 1: the copy's ID check answers the decode path", s.BaseRowGroupsRead)
+		}
 	})
 	t.Run("a row dropped", func(t *testing.T) {
 		e, c, v1 := copyEnv(t)

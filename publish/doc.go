@@ -75,18 +75,20 @@
 //	        shard and position range in the state; stop at a whole
 //	        generation once MemoryBudget is used (a copied one counts
 //	        its file size).
-//	        A lookup-free generation not newer than V whose footer schema
-//	        is V's columns (schema.Same) and whose chunks are in the
-//	        base codec is copied instead (copy.go, generation.OpenCopy):
-//	        only id, _seq and _epoch are decoded; if every id is new to
-//	        the pass, its column chunks are placed byte for byte under a
+//	        A generation not newer than V whose footer schema is V's
+//	        columns (schema.Same) and whose chunks are in the base codec
+//	        is copied instead (copy.go, generation.OpenCopy): only id,
+//	        _seq and _epoch are decoded; if every id is new to the pass
+//	        and, for an ID-check generation, the ID check finds none of
+//	        them in the base, its column chunks are placed byte for byte under a
 //	        new footer (the rollwal.* pairs a base file gets; the same
 //	        protocol as Write), after every page's CRC-32 and the offset
 //	        indexes are checked, and the id bloom filter and _seq
 //	        statistics and column index are held to the values read.
 //	        The file is the one decoding and re-encoding would write, up
 //	        to the footer's created time; any other generation, or one
-//	        with a repeated id, takes the decode path
+//	        with a repeated id, takes the decode path (from the same
+//	        open file or fetched object, with the ID check's answer)
 //	Commit  check every staged generation is still in its shard manifest
 //	        as planned (else ErrBaseMoved: replan); write the Iceberg
 //	        metadata (V as the current schema when the table is behind it,

@@ -28,7 +28,7 @@ func newMetrics(reg prometheus.Registerer, table string) (*metrics, error) {
 		generations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rollwal_publish_generations_staged_total",
 			Help: "Generations staged, by path (lookup_free or id_check).", ConstLabels: cl}, []string{"path"}),
 		copied: prometheus.NewCounter(prometheus.CounterOpts{Name: "rollwal_publish_generations_copied_total",
-			Help: "Lookup-free generations placed as base files as they are, their column chunks copied, not re-encoded.", ConstLabels: cl}),
+			Help: "Generations placed as base files as they are (lookup-free, or ID-check ones with none of their ids in the base), their column chunks copied, not re-encoded.", ConstLabels: cl}),
 		rowsIn: prometheus.NewCounter(prometheus.CounterOpts{Name: "rollwal_publish_rows_read_total",
 			Help: "Rows read from planned generations.", ConstLabels: cl}),
 		rowsOut: prometheus.NewCounter(prometheus.CounterOpts{Name: "rollwal_publish_rows_staged_total",

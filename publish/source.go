@@ -20,39 +20,78 @@ import (
 // ReadStoredFrom share one code path), and a read error of the store is an
 // I/O error naming the operation and the object, not ErrCorrupt.
 
-// readGeneration reads planned generation pg of shard with the schema in
-// its footer, converted to the pass's schema ps, and returns where it was
-// read from (a path or an object URL) for errors.
-func (c *Coordinator) readGeneration(ctx context.Context, ps passSchema, shard string, pg PlannedGeneration) (generation.Meta, generation.Data, string, error) {
-	v := generationVersion(pg.Generation)
+// source is a planned generation opened for Stage: the copy path and the
+// decode path read the same open file or fetched object, so a generation
+// the copy declines is not opened, or fetched from the store, twice. An
+// error opening it is kept for the decode path to report, after its
+// schema version check, as it always has.
+type source struct {
+	r     io.ReaderAt
+	size  int64
+	name  string // a path or an object URL, for errors
+	close func()
+	err   error
+}
+
+// openSource opens planned generation pg of shard: the local file, or the
+// store's object read whole (its ranged reads would be a GET each).
+func (c *Coordinator) openSource(ctx context.Context, shard string, pg PlannedGeneration) *source {
 	if c.opts.Store == nil {
-		m, d, err := ps.readInto(c, pg.Path, v)
-		return m, d, pg.Path, err
+		src := &source{name: pg.Path, close: func() {}}
+		f, err := c.opts.FS.Open(pg.Path)
+		if err != nil {
+			src.err = fmt.Errorf("generation: open %s: %w", pg.Path, err)
+			return src
+		}
+		src.close = func() { _ = f.Close() }
+		st, err := f.Stat()
+		if err != nil {
+			src.err = fmt.Errorf("generation: stat %s: %w", pg.Path, err)
+			return src
+		}
+		src.r, src.size = f, st.Size()
+		return src
 	}
 	key := layout.GenerationKey(c.opts.Table, shard, pg.File)
-	url := objectURL(c.opts.Store, key)
-	m, d, err := ps.convertRead(url, v, func() (generation.Meta, generation.Data, error) {
-		return readStoredObject(ctx, c.opts.Store, key, url)
-	})
-	return m, d, url, err
+	src := &source{name: objectURL(c.opts.Store, key), close: func() {}}
+	b, err := fetchGeneration(ctx, c.opts.Store, key)
+	if err != nil {
+		src.err = err
+		return src
+	}
+	src.r, src.size = bytes.NewReader(b), int64(len(b))
+	return src
+}
+
+// read reads the generation with the schema in its footer.
+func (s *source) read() (generation.Meta, generation.Data, error) {
+	if s.err != nil {
+		return generation.Meta{}, generation.Data{}, s.err
+	}
+	return generation.ReadStoredFrom(s.r, s.size, s.name)
 }
 
 // readStoredObject reads the generation object key of store (url in errors).
 func readStoredObject(ctx context.Context, store objstore.Store, key, url string) (generation.Meta, generation.Data, error) {
-	obj, err := store.Open(ctx, key)
-	if errors.Is(err, objstore.ErrNotFound) {
-		return generation.Meta{}, generation.Data{}, fmt.Errorf(
-			"generation missing from the store (the manifest names it: flushed without a store, or deleted before the merge?): %w", err)
-	}
-	if err != nil {
-		return generation.Meta{}, generation.Data{}, err
-	}
-	defer obj.Close()
-	b, err := fetchObject(obj)
+	b, err := fetchGeneration(ctx, store, key)
 	if err != nil {
 		return generation.Meta{}, generation.Data{}, err
 	}
 	return generation.ReadStoredFrom(bytes.NewReader(b), int64(len(b)), url)
+}
+
+// fetchGeneration fetches generation object key of store whole.
+func fetchGeneration(ctx context.Context, store objstore.Store, key string) ([]byte, error) {
+	obj, err := store.Open(ctx, key)
+	if errors.Is(err, objstore.ErrNotFound) {
+		return nil, fmt.Errorf(
+			"generation missing from the store (the manifest names it: flushed without a store, or deleted before the merge?): %w", err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer obj.Close()
+	return fetchObject(obj)
 }
 
 // fetchChunk is the size of the ranged reads that fetch a generation

@@ -126,17 +126,22 @@ stage:
 // schema ps, and returns the bytes it held (a copied one: its file size).
 func (c *Coordinator) stageGeneration(ctx context.Context, ps passSchema, shard string, pg PlannedGeneration, idx *baseIndex,
 	seen *passIDs, part *StagedPart, out *Staged) (int64, error) {
-	if c.copyable(ps, pg) {
-		if n, ok, err := c.stageCopy(ctx, ps, shard, pg, seen, part, out); ok || err != nil {
+	src := c.openSource(ctx, shard, pg)
+	defer src.close()
+	var found map[string]struct{} // the ID check's answer, when the copy asked it
+	if src.err == nil && c.copyable(ps, pg) {
+		n, ok, in, err := c.stageCopy(ctx, ps, src, shard, pg, idx, seen, part, out)
+		if ok || err != nil {
 			return n, err
 		}
+		found = in
 	}
-	meta, d, src, err := c.readGeneration(ctx, ps, shard, pg)
+	meta, d, err := ps.convertRead(src.name, generationVersion(pg.Generation), src.read)
 	if err != nil {
 		return 0, fmt.Errorf("publish: shard %q generation %d: %w", shard, pg.Number, err)
 	}
 	if meta.Generation != pg.Number {
-		return 0, fmt.Errorf("publish: shard %q: file %s holds generation %d, the manifest says %d", shard, src, meta.Generation, pg.Number)
+		return 0, fmt.Errorf("publish: shard %q: file %s holds generation %d, the manifest says %d", shard, src.name, meta.Generation, pg.Number)
 	}
 	size := d.Rows.Size()
 	n := d.Rows.Len()
@@ -164,13 +169,16 @@ func (c *Coordinator) stageGeneration(ctx context.Context, ps passSchema, shard 
 	path := "lookup_free"
 	if pg.IDCheck {
 		path = "id_check"
-		in, err := idx.contains(idQuery{shard: shard, ids: fresh, lo: lo, hi: hi})
-		if err != nil {
-			return 0, fmt.Errorf("publish: shard %q generation %d: ID check: %w", shard, pg.Number, err)
+		if found == nil {
+			in, err := idx.contains(idQuery{shard: shard, ids: fresh, lo: lo, hi: hi})
+			if err != nil {
+				return 0, fmt.Errorf("publish: shard %q generation %d: ID check: %w", shard, pg.Number, err)
+			}
+			found = in
 		}
 		for i, id := range d.Rows.IDs {
 			if keep[i] {
-				if _, ok := in[id]; ok {
+				if _, ok := found[id]; ok {
 					keep[i] = false
 					inBase++
 				}
