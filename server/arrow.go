@@ -145,6 +145,8 @@ type arrowLimits struct {
 	rows          int
 	size          int64
 	cells         bool
+	// bodies allocates record batch bodies; nil for the shared pool.
+	bodies memory.Allocator
 }
 
 // decodeArrow reads an Arrow IPC stream whose columns are "id" and columns
@@ -167,7 +169,11 @@ func decodeArrow(body io.Reader, sc *schema.Schema, mem memory.Allocator, lim ar
 	// lim.decoded before arrow-go decompresses any; the allocator bounds
 	// what is live at once as well, at four times the body limit.
 	mem = &limitedAllocator{Allocator: mem, limit: 4 * lim.body}
-	rd, err := ipc.NewReaderFromMessageReader(newGuardedReader(body, lim.body, lim.decoded, lim.size), ipc.WithAllocator(mem))
+	g := newGuardedReader(body, lim.body, lim.decoded, lim.size)
+	if lim.bodies != nil {
+		g.bodies = lim.bodies
+	}
+	rd, err := ipc.NewReaderFromMessageReader(g, ipc.WithAllocator(mem))
 	if err != nil {
 		return nil, &arrowError{batch: -1, row: -1, err: fmt.Errorf("not an Arrow IPC stream: %w", err)}
 	}

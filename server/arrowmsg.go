@@ -45,10 +45,12 @@ type guardedReader struct {
 	views int
 	msg   *ipc.Message
 	refs  atomic.Int64
+	// bodies allocates the buffers bodies are read into.
+	bodies memory.Allocator
 }
 
 func newGuardedReader(r io.Reader, limit, budget, size int64) *guardedReader {
-	g := &guardedReader{r: r, limit: limit, budget: budget, left: -1}
+	g := &guardedReader{r: r, limit: limit, budget: budget, left: -1, bodies: bodies}
 	if size > 0 {
 		g.left = size
 	}
@@ -83,18 +85,40 @@ func (g *guardedReader) Message() (*ipc.Message, error) {
 	if views >= 0 {
 		g.views = views
 	}
-	body, err := g.read(bodyLen, "message body")
+	body, err := g.readBody(bodyLen)
 	if err != nil {
 		return nil, err
 	}
-	if err := g.charge(meta, body); err != nil {
+	if err := g.charge(meta, body.Bytes()); err != nil {
+		body.Release()
 		return nil, err
 	}
 	if g.msg != nil {
 		g.msg.Release()
 	}
-	g.msg = ipc.NewMessage(memory.NewBufferBytes(meta), memory.NewBufferBytes(body))
+	g.msg = ipc.NewMessage(memory.NewBufferBytes(meta), body)
+	body.Release() // the message holds it now
 	return g.msg, nil
+}
+
+// readBody reads a message body of n bytes into a buffer of the body
+// pool (arrowbody.go) when the request declared that many bytes still to
+// come; otherwise as read does.
+func (g *guardedReader) readBody(n int64) (*memory.Buffer, error) {
+	if n <= 0 || n > g.limit || n > g.left {
+		b, err := g.read(n, "message body")
+		if err != nil {
+			return nil, err
+		}
+		return memory.NewBufferBytes(b), nil
+	}
+	buf := newBody(g.bodies, int(n))
+	if _, err := io.ReadFull(g.r, buf.Bytes()); err != nil {
+		buf.Release()
+		return nil, fmt.Errorf("reading the message body: %w", noEOF(err))
+	}
+	g.consumed(n)
+	return buf, nil
 }
 
 // metadataLen reads a message's prefix: the continuation marker and the

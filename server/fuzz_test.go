@@ -135,7 +135,10 @@ func FuzzArrowDecode(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
-		got, err := decodeArrow(bytes.NewReader(body), schema.Rollout(), mem, limits(1<<20, fuzzMaxRows))
+		// Bodies come from mem too, so that AssertSize sees each returned.
+		lim := limits(1<<20, fuzzMaxRows)
+		lim.size, lim.bodies = int64(len(body)), mem
+		got, err := decodeArrow(bytes.NewReader(body), schema.Rollout(), mem, lim)
 		if err != nil {
 			var ae *arrowError
 			if !errors.As(err, &ae) || err.Error() == "" {
@@ -312,6 +315,7 @@ func FuzzArrowNested(f *testing.F) {
 		// seconds, and the fuzzer stalls minimizing it.
 		lim := limits(1<<20, fuzzMaxRows)
 		lim.decoded = 1 << 20
+		lim.size, lim.bodies = int64(len(body)), mem // bodies from mem; the cells' decode reads them unpooled
 		got, err := decodeArrow(bytes.NewReader(body), sc, mem, lim)
 		if err != nil {
 			checkAsCells(t, body, sc, lim, nil, err)
@@ -347,7 +351,7 @@ func FuzzArrowNested(f *testing.F) {
 // answers as the columnar decode did (got, err).
 func checkAsCells(t *testing.T, body []byte, sc *schema.Schema, lim arrowLimits, got *arrowRows, err error) {
 	t.Helper()
-	lim.cells = true
+	lim.cells, lim.size, lim.bodies = true, 0, nil
 	byCell, errCell := decodeArrow(bytes.NewReader(body), sc, memory.DefaultAllocator, lim)
 	sameRows(t, "fuzzed stream", got, byCell, err, errCell)
 }
