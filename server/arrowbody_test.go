@@ -2,10 +2,19 @@ package server
 
 import (
 	"bytes"
+	"fmt"
+	"net/http"
+	"path/filepath"
 	"runtime/debug"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/rollwal/rollwal/engine"
+	"github.com/rollwal/rollwal/generation"
+	"github.com/rollwal/rollwal/vfs"
 )
 
 // TestArrowBodyReusedAfterRowsAreCopied: a request's body buffer goes back
@@ -78,5 +87,65 @@ func TestBodyAllocatorClasses(t *testing.T) {
 		if b := a.Allocate(10); cap(b) != 64<<10 {
 			t.Fatalf("Allocate(10) served a buffer of capacity %d", cap(b))
 		}
+	}
+}
+
+// TestArrowBodiesOfConcurrentRequests: clients post Arrow streams at the
+// same time, so that bodies go back to the pool and are read over by
+// other requests while rows taken from them are appended; every row
+// flushed holds its own values.
+func TestArrowBodiesOfConcurrentRequests(t *testing.T) {
+	var fs vfs.FS
+	f := newFixtureWith(t, 0, func(o *engine.Options) { fs, o.FlushBytes = o.FS, 64<<20 })
+	f.srv.SetReady(true)
+	const clients, requests, rows = 4, 10, 40
+	prompt := func(id string) string { return strings.Repeat(id+" ", 200) }
+	var wg sync.WaitGroup
+	failed := make(chan string, clients)
+	for c := range clients {
+		wg.Go(func() {
+			for r := range requests {
+				cols := rollouts()
+				for i := range rows {
+					id := fmt.Sprintf("c%d-r%d-%d", c, r, i)
+					for k, v := range []any{id, prompt(id), "c " + id, float64(i), `{"k":1}`} {
+						cols[k].vals = append(cols[k].vals, v)
+					}
+				}
+				if code, b := f.postArrow(t, arrowStream(t, cols)); code != http.StatusOK {
+					failed <- fmt.Sprintf("client %d request %d: %d %s", c, r, code, b)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(failed)
+	for msg := range failed {
+		t.Fatal(msg)
+	}
+	if code, b := f.post(t, "/v1/shards/s0/flush", ""); code != http.StatusOK {
+		t.Fatalf("flush: %d %s", code, b)
+	}
+	sh, _ := f.host.Shard("s0")
+	seen := 0
+	for _, g := range sh.Manifest().Flushed {
+		_, d, err := generation.ReadStored(fs, filepath.Join(sh.GenerationDir(), g.File))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, c := d.Rows.Schema.Index("prompt"), d.Rows.Schema.Index("completion")
+		for i, id := range d.Rows.IDs {
+			if got := d.Rows.Cols[p].Str[i]; got != prompt(id) {
+				t.Fatalf("row %s has prompt %.40q…, want %.40q…", id, got, prompt(id))
+			}
+			if got := d.Rows.Cols[c].Str[i]; got != "c "+id {
+				t.Fatalf("row %s has completion %q, want %q", id, got, "c "+id)
+			}
+			seen++
+		}
+	}
+	if seen != clients*requests*rows {
+		t.Fatalf("flushed %d rows, want %d", seen, clients*requests*rows)
 	}
 }
