@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
 	"runtime/debug"
@@ -100,20 +101,33 @@ func TestArrowBodiesOfConcurrentRequests(t *testing.T) {
 	f.srv.SetReady(true)
 	const clients, requests, rows = 4, 10, 40
 	prompt := func(id string) string { return strings.Repeat(id+" ", 200) }
+	bodies := make([][][]byte, clients) // built here: t.Fatal only in the test's goroutine
+	for c := range clients {
+		for r := range requests {
+			cols := rollouts()
+			for i := range rows {
+				id := fmt.Sprintf("c%d-r%d-%d", c, r, i)
+				for k, v := range []any{id, prompt(id), "c " + id, float64(i), `{"k":1}`} {
+					cols[k].vals = append(cols[k].vals, v)
+				}
+			}
+			bodies[c] = append(bodies[c], arrowStream(t, cols))
+		}
+	}
 	var wg sync.WaitGroup
-	failed := make(chan string, clients)
+	failed := make(chan error, clients)
 	for c := range clients {
 		wg.Go(func() {
-			for r := range requests {
-				cols := rollouts()
-				for i := range rows {
-					id := fmt.Sprintf("c%d-r%d-%d", c, r, i)
-					for k, v := range []any{id, prompt(id), "c " + id, float64(i), `{"k":1}`} {
-						cols[k].vals = append(cols[k].vals, v)
-					}
+			for r, body := range bodies[c] {
+				resp, err := f.ts.Client().Post(f.ts.URL+"/v1/shards/s0/rows", ContentTypeArrow, bytes.NewReader(body))
+				if err != nil {
+					failed <- fmt.Errorf("client %d request %d: %w", c, r, err)
+					return
 				}
-				if code, b := f.postArrow(t, arrowStream(t, cols)); code != http.StatusOK {
-					failed <- fmt.Sprintf("client %d request %d: %d %s", c, r, code, b)
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					failed <- fmt.Errorf("client %d request %d: %d %s", c, r, resp.StatusCode, b)
 					return
 				}
 			}
@@ -121,8 +135,8 @@ func TestArrowBodiesOfConcurrentRequests(t *testing.T) {
 	}
 	wg.Wait()
 	close(failed)
-	for msg := range failed {
-		t.Fatal(msg)
+	for err := range failed {
+		t.Fatal(err)
 	}
 	if code, b := f.post(t, "/v1/shards/s0/flush", ""); code != http.StatusOK {
 		t.Fatalf("flush: %d %s", code, b)
