@@ -7,8 +7,6 @@ import (
 	"math"
 
 	"github.com/rollwal/rollwal/generation"
-	"github.com/rollwal/rollwal/layout"
-	"github.com/rollwal/rollwal/shardmeta"
 )
 
 // A generation placed as it is. The base file of a generation whose rows
@@ -44,7 +42,7 @@ func (c *Coordinator) stageCopy(ctx context.Context, ps passSchema, src *source,
 		return 0, false, nil, fmt.Errorf("publish: shard %q generation %d: %w", shard, pg.Number, err)
 	}
 	if cp.Meta.Generation != pg.Number {
-		return 0, false, nil, fmt.Errorf("publish: shard %q: file %s holds generation %d, the manifest says %d", shard, src.name, cp.Meta.Generation, pg.Number)
+		return 0, false, nil, wrongGeneration(shard, src.name, cp.Meta.Generation, pg.Number)
 	}
 	path := "lookup_free"
 	if pg.IDCheck {
@@ -73,11 +71,8 @@ func (c *Coordinator) stageCopy(ctx context.Context, ps passSchema, src *source,
 		return 0, false, nil, fmt.Errorf("publish: shard %q generation %d: copy into a base file: %w", shard, pg.Number, err)
 	}
 	addGeneration(part, pg.Number)
-	part.Files = append(part.Files, shardmeta.BaseFile{Path: layout.BaseFileRel(shard, f.Name), Rows: f.Meta.Rows, Bytes: f.Size,
-		Shard: shard, SeqFirst: f.Meta.SeqFirst, SeqLast: f.Meta.SeqLast, IndexCRC: &f.IndexCRC})
-	out.RowsStaged += f.Meta.Rows
+	c.addBaseFile(part, out, shard, f)
 	out.Copied++
-	c.metrics.rowsOut.Add(float64(f.Meta.Rows))
 	c.metrics.copied.Inc()
 	c.log.Debug("staged generation file", "shard", shard, "generation", pg.Number, "path", path, "copied", true,
 		"rows", n, "file", f.Name)

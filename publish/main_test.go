@@ -341,7 +341,11 @@ func (e *env) readBaseFile(rel string) (generation.Data, error) {
 		return d, err
 	}
 	key := e.table + "/base/" + rel
-	_, d, err := readStoredObject(e.ctx, e.store, key, objectURL(e.store, key))
+	b, err := fetchGeneration(e.ctx, e.store, key)
+	if err != nil {
+		return generation.Data{}, err
+	}
+	_, d, err := generation.ReadStoredFrom(bytes.NewReader(b), int64(len(b)), objectURL(e.store, key))
 	return d, err
 }
 

@@ -71,15 +71,6 @@ func (s *source) read() (generation.Meta, generation.Data, error) {
 	return generation.ReadStoredFrom(s.r, s.size, s.name)
 }
 
-// readStoredObject reads the generation object key of store (url in errors).
-func readStoredObject(ctx context.Context, store objstore.Store, key, url string) (generation.Meta, generation.Data, error) {
-	b, err := fetchGeneration(ctx, store, key)
-	if err != nil {
-		return generation.Meta{}, generation.Data{}, err
-	}
-	return generation.ReadStoredFrom(bytes.NewReader(b), int64(len(b)), url)
-}
-
 // fetchGeneration fetches generation object key of store whole.
 func fetchGeneration(ctx context.Context, store objstore.Store, key string) ([]byte, error) {
 	obj, err := store.Open(ctx, key)

@@ -141,7 +141,7 @@ func (c *Coordinator) stageGeneration(ctx context.Context, ps passSchema, shard 
 		return 0, fmt.Errorf("publish: shard %q generation %d: %w", shard, pg.Number, err)
 	}
 	if meta.Generation != pg.Number {
-		return 0, fmt.Errorf("publish: shard %q: file %s holds generation %d, the manifest says %d", shard, src.name, meta.Generation, pg.Number)
+		return 0, wrongGeneration(shard, src.name, meta.Generation, pg.Number)
 	}
 	size := d.Rows.Size()
 	n := d.Rows.Len()
@@ -196,13 +196,25 @@ func (c *Coordinator) stageGeneration(ctx context.Context, ps passSchema, shard 
 	if err != nil {
 		return 0, fmt.Errorf("publish: shard %q generation %d: write base file: %w", shard, pg.Number, err)
 	}
+	c.addBaseFile(part, out, shard, f)
+	c.log.Debug("staged generation file", "shard", shard, "generation", pg.Number, "path", path, "reason", pg.Reason,
+		"rows", n, "kept", f.Meta.Rows, "file", f.Name)
+	return size, nil
+}
+
+// addBaseFile adds base file f, staged for shard, to part and counts its
+// rows.
+func (c *Coordinator) addBaseFile(part *StagedPart, out *Staged, shard string, f generation.File) {
 	part.Files = append(part.Files, shardmeta.BaseFile{Path: layout.BaseFileRel(shard, f.Name), Rows: f.Meta.Rows, Bytes: f.Size,
 		Shard: shard, SeqFirst: f.Meta.SeqFirst, SeqLast: f.Meta.SeqLast, IndexCRC: &f.IndexCRC})
 	out.RowsStaged += f.Meta.Rows
 	c.metrics.rowsOut.Add(float64(f.Meta.Rows))
-	c.log.Debug("staged generation file", "shard", shard, "generation", pg.Number, "path", path, "reason", pg.Reason,
-		"rows", n, "kept", f.Meta.Rows, "file", f.Name)
-	return size, nil
+}
+
+// wrongGeneration is the error for a generation file that holds another
+// generation than the manifest names.
+func wrongGeneration(shard, name string, got, want uint64) error {
+	return fmt.Errorf("publish: shard %q: file %s holds generation %d, the manifest says %d", shard, name, got, want)
 }
 
 // pendingBase is the base's files, loading.

@@ -38,7 +38,7 @@ type bodyAllocator struct {
 // bodies serves every request's Arrow bodies.
 var bodies = &bodyAllocator{}
 
-// class is the pool index for a buffer of size bytes, -1 for none.
+// bodyClass is the pool index for a buffer of size bytes, -1 for none.
 func bodyClass(size int) int {
 	if size <= 0 || size > 1<<maxBodyClass {
 		return -1
