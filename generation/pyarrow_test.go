@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -103,6 +104,9 @@ func TestPyarrowReadsGeneration(t *testing.T) {
 		files[f.Path] = f
 		args = append(args, f.Path, d.Rows.IDs[250], "no-such-id")
 	}
+	f := writeInSnappyParts(t, dir, s, d)
+	files[f.Path] = f
+	args = append(args, f.Path, d.Rows.IDs[250], "no-such-id")
 	cmd := exec.Command(py, append([]string{"-c", pyReader}, args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -154,6 +158,20 @@ func TestPyarrowReadsGeneration(t *testing.T) {
 			}
 		})
 	}
+}
+
+// writeInSnappyParts writes d in Snappy with every page of more than 256
+// bytes compressed in up to four parts.
+func writeInSnappyParts(t *testing.T, dir string, s *schema.Schema, d Data) File {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	defer func(b int) { snappyPartBytes = b }(snappyPartBytes)
+	snappyPartBytes = 256
+	before := snappyParts.Load()
+	f := mustWrite(t, Options{FS: vfs.Default, Codec: CodecSnappy, RowGroupRows: 200}, dir, s, testMeta(), d)
+	if snappyParts.Load() == before {
+		t.Fatal("no page was compressed in parts")
+	}
+	return f
 }
 
 func codecOf(t *testing.T, f File) string {
