@@ -96,13 +96,13 @@ func copyQuery(shard string, cp *generation.Copy) idQuery {
 // collision, sends the copy to the decode path, which checks exactly.
 type passIDs struct {
 	exact   map[string]struct{}
-	hashes  map[uint64]struct{}
+	hashes  *hashSet
 	pending [][]string // copied ids not in exact yet
 }
 
 // newPassIDs is the ids of a pass of about n rows.
 func newPassIDs(n int64) *passIDs {
-	return &passIDs{exact: map[string]struct{}{}, hashes: make(map[uint64]struct{}, n)}
+	return &passIDs{exact: map[string]struct{}{}, hashes: newHashSet(int(n))}
 }
 
 // add adds id and reports whether the pass had staged it already.
@@ -120,8 +120,8 @@ func (p *passIDs) add(id string) (dup bool) {
 
 // claim adds the ids of a copied generation (hashes[i] the hash of
 // ids[i]) and reports true when none was staged before, nor is twice in
-// ids; otherwise it changes nothing and reports false. One map operation
-// an id: an insert that does not grow the set met its hash before.
+// ids; otherwise it changes nothing and reports false. One insert an id:
+// an insert that adds nothing met its hash before.
 func (p *passIDs) claim(ids []string, hashes []uint64) bool {
 	if len(p.exact) > 0 {
 		for _, id := range ids {
@@ -131,11 +131,9 @@ func (p *passIDs) claim(ids []string, hashes []uint64) bool {
 		}
 	}
 	for i, h := range hashes {
-		n := len(p.hashes)
-		p.hashes[h] = struct{}{}
-		if len(p.hashes) == n {
+		if !p.hashes.add(h) {
 			for _, back := range hashes[:i] {
-				delete(p.hashes, back)
+				p.hashes.remove(back)
 			}
 			return false
 		}
