@@ -239,15 +239,20 @@ func confirm(chunk parquet.ColumnChunk, from int64, want, found map[string]struc
 }
 
 func confirmPage(page parquet.Page, buf []parquet.Value, want, found map[string]struct{}) error {
+	// A base file's id column is required: a page's ids are one byte
+	// slice and its offsets, read without a parquet.Value each.
+	v := page.Data()
+	if data, offsets := v.ByteArray(); page.NumNulls() == 0 && len(offsets) == int(page.NumValues())+1 {
+		for i := range len(offsets) - 1 {
+			confirmID(data[offsets[i]:offsets[i+1]], want, found)
+		}
+		return nil
+	}
 	vals := page.Values()
 	for {
 		n, err := vals.ReadValues(buf)
 		for _, v := range buf[:n] {
-			if _, ok := want[string(v.ByteArray())]; ok {
-				id := string(v.ByteArray())
-				delete(want, id)
-				found[id] = struct{}{}
-			}
+			confirmID(v.ByteArray(), want, found)
 		}
 		if err == io.EOF {
 			return nil
@@ -255,6 +260,14 @@ func confirmPage(page parquet.Page, buf []parquet.Value, want, found map[string]
 		if err != nil {
 			return err
 		}
+	}
+}
+
+// confirmID moves id from want to found when want holds it.
+func confirmID(id []byte, want, found map[string]struct{}) {
+	if _, ok := want[string(id)]; ok {
+		delete(want, string(id))
+		found[string(id)] = struct{}{}
 	}
 }
 
