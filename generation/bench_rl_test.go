@@ -101,7 +101,7 @@ func asJSONText(b *testing.B, s *schema.Schema, rows []schema.Row) (*schema.Sche
 // (rolloutgen.RLRows: token ids as list<int32>, log-probabilities as
 // list<float32>, chat messages as list<struct>) with Write, and in the
 // same op, off the clock, the same rows with a bare parquet-go
-// GenericWriter[struct] of the same types and codec; alternate ops go
+// GenericWriter[struct] of the same types and codec (peerCodec); alternate ops go
 // first, as in BenchmarkFlush.
 //
 //	rows/s, MB/s             Write's throughput (MB of values, 4 bytes a token)
@@ -112,7 +112,7 @@ func BenchmarkFlushRL(b *testing.B) {
 	rb := newRLBench(b)
 	for _, codec := range []string{CodecSnappy, CodecZstd} {
 		b.Run(fmt.Sprintf("codec=%s/rows=%d", codec, rlBenchRows), func(b *testing.B) {
-			cc, err := codecFor(codec)
+			cc, err := peerCodec(codec)
 			if err != nil {
 				b.Fatal(err)
 			}
