@@ -100,9 +100,12 @@ type passIDs struct {
 	pending [][]string // copied ids not in exact yet
 }
 
-// newPassIDs is the ids of a pass of about n rows.
+// newPassIDs is the ids of a pass of about n rows. The hash set is made
+// for at most a million of them (16 MiB) and grows past that: made for
+// the whole of a large plan it would take a third of the memory budget
+// before the first generation is read.
 func newPassIDs(n int64) *passIDs {
-	return &passIDs{exact: map[string]struct{}{}, hashes: newHashSet(int(n))}
+	return &passIDs{exact: map[string]struct{}{}, hashes: newHashSet(int(min(n, 1<<20)))}
 }
 
 // add adds id and reports whether the pass had staged it already.

@@ -123,3 +123,19 @@ func BenchmarkPassIDsClaim(b *testing.B) {
 		}
 	})
 }
+
+// TestPassIDsOfAHugePlan: the dedupe set of a plan of a trillion rows is
+// made small and grows with the ids claimed.
+func TestPassIDsOfAHugePlan(t *testing.T) {
+	p := newPassIDs(1 << 40)
+	if n := len(p.hashes.slots); n > 1<<21 {
+		t.Fatalf("a set of %d slots made before any id is claimed", n)
+	}
+	hashes := make([]uint64, 3<<20)
+	for i := range hashes {
+		hashes[i] = uint64(i) + 1
+	}
+	if !p.claim(make([]string, len(hashes)), hashes) || p.hashes.len() != len(hashes) {
+		t.Fatalf("claimed %d of %d hashes", p.hashes.len(), len(hashes))
+	}
+}

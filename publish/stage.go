@@ -80,8 +80,8 @@ func (c *Coordinator) Stage(ctx context.Context, plan *Plan) (*Staged, error) {
 	idx := newBaseIndex(ctx, c, base.wait)
 	defer idx.close()
 	out := &Staged{Plan: plan, Complete: true}
-	// Sized for the whole plan: growing it a generation at a time costs
-	// more than a lookup-free generation's copy.
+	// Sized for the whole plan (up to a million ids): growing it a
+	// generation at a time costs more than a lookup-free generation's copy.
 	seen := newPassIDs(min(plan.rowCount(), c.opts.MemoryBudget/64))
 	var used int64
 	done, total := 0, plan.generationCount()
