@@ -101,8 +101,8 @@ func asJSONText(b *testing.B, s *schema.Schema, rows []schema.Row) (*schema.Sche
 // (rolloutgen.RLRows: token ids as list<int32>, log-probabilities as
 // list<float32>, chat messages as list<struct>) with Write, and in the
 // same op, off the clock, the same rows with a bare parquet-go
-// GenericWriter[struct] of the same types and codec (peerCodec); alternate ops go
-// first, as in BenchmarkFlush.
+// GenericWriter[struct] of the same types and codec (peerCodec);
+// alternate ops go first, as in BenchmarkFlush.
 //
 //	rows/s, MB/s             Write's throughput (MB of values, 4 bytes a token)
 //	x-parquet-go             Write's rows/s over the bare writer's (target ≥ 0.9)

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/klauspost/compress/s2"
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress"
 
@@ -133,7 +132,8 @@ func writePeer(path string, opts Options, codec compress.Codec, rows []peerWrite
 // BenchmarkFlush writes one generation of 100k rollout rows per op with
 // Write (vfs.Default, b.TempDir), and in the same op, off the clock, the
 // same rows with a bare parquet-go GenericWriter[struct] on the same codec
-// (for Snappy, each page compressed whole: see peerCodec). Interleaving the two keeps disk and CPU drift out of the ratio.
+// (for Snappy, each page compressed whole: see peerCodec). Interleaving
+// the two keeps disk and CPU drift out of the ratio.
 //
 //	rows/s, MB/s        Write's throughput (MB of column values)
 //	peer-rows/s         the bare writer's
@@ -345,5 +345,5 @@ func peerCodec(name string) (compress.Codec, error) {
 type wholePageSnappy struct{ fastSnappy }
 
 func (wholePageSnappy) Encode(dst, src []byte) ([]byte, error) {
-	return s2.EncodeSnappy(dst[:cap(dst)], src), nil
+	return encodeSnappyWhole(dst, src), nil
 }

@@ -38,7 +38,13 @@ func (fastSnappy) Encode(dst, src []byte) ([]byte, error) {
 	if parts := min(runtime.GOMAXPROCS(0), len(src)/snappyPartBytes); parts >= 2 {
 		return encodeSnappyParts(dst, src, parts), nil
 	}
-	return s2.EncodeSnappy(dst[:cap(dst)], src), nil
+	return encodeSnappyWhole(dst, src), nil
+}
+
+// encodeSnappyWhole compresses src as one Snappy block on the calling
+// goroutine, into dst's space when it fits.
+func encodeSnappyWhole(dst, src []byte) []byte {
+	return s2.EncodeSnappy(dst[:cap(dst)], src)
 }
 
 func (fastSnappy) Decode(dst, src []byte) ([]byte, error) {
